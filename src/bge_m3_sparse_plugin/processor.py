@@ -1,0 +1,249 @@
+"""The vLLM IO processor: request parsing, prompts, and sparse post-processing."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import ValidationError
+from vllm.config import VllmConfig
+from vllm.exceptions import VLLMValidationError
+from vllm.inputs import PromptType
+from vllm.outputs import PoolingRequestOutput
+from vllm.plugins.io_processors.interface import IOProcessor
+from vllm.pooling_params import PoolingParams
+from vllm.renderers import BaseRenderer
+
+from .pending import PendingRequests
+from .schemas import (
+    SparseEmbeddingItem,
+    SparseEmbeddingRequest,
+    SparseEmbeddingResponse,
+    SparseEmbeddingUsage,
+    SparseToken,
+    describe_validation_error,
+)
+from .sparse import lexical_weights, token_weight_span
+from .tokens import TokenDecoder, special_token_ids
+
+__all__ = ["BgeM3SparseProcessor"]
+
+MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
+MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
+DEFAULT_MAX_INPUTS = 1024
+DEFAULT_MAX_PENDING = 16384
+
+# What each pooling task of BgeM3EmbeddingModel puts into an output's data.
+_GIVES_SPARSE = {"embed&token_classify", "token_classify"}
+_GIVES_DENSE = {"embed&token_classify", "embed"}
+_DEFAULT_TASK = "embed&token_classify"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def _item_field(index: int, single: bool) -> str:
+    return "data.input" if single else f"data.input[{index}]"
+
+
+def _max_tokens(model_config: Any) -> int:
+    """The longest sequence the model can take.
+
+    (XLM-)RoBERTa numbers positions from ``pad_token_id + 1``, so it has
+    ``max_position_embeddings - pad_token_id - 1`` of them (8192 for
+    bge-m3), while vLLM 0.32 lets ``max_model_len`` reach
+    ``max_position_embeddings``: a longer prompt would index past the table.
+    """
+    limit = int(model_config.max_model_len)
+    hf_config = model_config.hf_config
+    max_positions = getattr(hf_config, "max_position_embeddings", None)
+    pad = getattr(hf_config, "pad_token_id", None)
+    if "roberta" in str(getattr(hf_config, "model_type", "")) and max_positions and pad is not None:
+        limit = min(limit, int(max_positions) - int(pad) - 1)
+    return limit
+
+
+@dataclass(frozen=True)
+class _Options:
+    return_tokens: bool
+    return_sparse: bool
+    return_dense: bool
+
+
+class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingResponse]):
+    """Serves BGE-M3's lexical weights (and optionally its dense vector).
+
+    Per-request options travel from ``pre_process`` to ``post_process`` in a
+    map keyed by request id; the offline ``LLM.encode`` path passes no id, so
+    it uses the ``None`` key, which each new call overwrites.
+    """
+
+    def __init__(self, vllm_config: VllmConfig, renderer: BaseRenderer) -> None:
+        super().__init__(vllm_config, renderer)
+        model_config = vllm_config.model_config
+        hf_config = model_config.hf_config
+        tokenizer = renderer.get_tokenizer()
+
+        self.hidden_size = int(hf_config.hidden_size)
+        self.bos_token_id = int(hf_config.bos_token_id)
+        self.eos_token_id = int(hf_config.eos_token_id)
+        self.max_tokens = _max_tokens(model_config)
+        self.vocab_size = max(int(model_config.get_vocab_size()), len(tokenizer))
+        pooler_config = model_config.pooler_config
+        self.pooling_task = (pooler_config and pooler_config.task) or _DEFAULT_TASK
+
+        self.tokenizer = tokenizer
+        self.skip_ids = special_token_ids(tokenizer)
+        self.decoder = TokenDecoder(tokenizer)
+        self.max_inputs = _env_int(MAX_INPUTS_ENV, DEFAULT_MAX_INPUTS)
+        self.pending: PendingRequests[_Options] = PendingRequests(
+            _env_int(MAX_PENDING_ENV, DEFAULT_MAX_PENDING)
+        )
+
+    # -- request side -------------------------------------------------------
+
+    def parse_data(self, data: object) -> SparseEmbeddingRequest:
+        if isinstance(data, SparseEmbeddingRequest):
+            return data
+        if not isinstance(data, dict):
+            raise VLLMValidationError(
+                f"data must be an object with an 'input' field, got {type(data).__name__}",
+                parameter="data",
+            )
+        try:
+            return SparseEmbeddingRequest.model_validate(data)
+        except ValidationError as exc:
+            message, field = describe_validation_error(exc)
+            raise VLLMValidationError(message, parameter=field) from None
+
+    def merge_pooling_params(self, params: PoolingParams | None = None) -> PoolingParams:
+        # The same for every request: the server's pooling task, with the
+        # activations on (normalised dense, relu'd token weights).
+        merged = params if params is not None else PoolingParams()
+        merged.task = self.pooling_task
+        merged.use_activation = True
+        return merged
+
+    def pre_process(
+        self,
+        prompt: SparseEmbeddingRequest,
+        request_id: str | None = None,
+        **kwargs: Any,
+    ) -> Sequence[PromptType]:
+        self._check_task(prompt)
+        inputs = prompt.inputs()
+        if len(inputs) > self.max_inputs:
+            raise VLLMValidationError(
+                f"data.input has {len(inputs)} items; at most {self.max_inputs} are "
+                f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
+                parameter="data.input",
+            )
+        single = isinstance(prompt.input, str) or isinstance(prompt.input[0], int)
+        if isinstance(inputs[0], str):
+            # Tokenized here, in one batch, so that a text too long for the
+            # model gets a 400 naming it instead of failing inside the engine.
+            sequences = self.tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]
+        else:
+            sequences = inputs
+            top = max(max(ids) for ids in sequences)
+            if top >= self.vocab_size:
+                where = next(i for i, ids in enumerate(sequences) if max(ids) == top)
+                raise VLLMValidationError(
+                    f"{_item_field(where, single)} holds token id {top}, outside the "
+                    f"vocabulary [0, {self.vocab_size})",
+                    parameter="data.input",
+                )
+        for i, ids in enumerate(sequences):
+            if len(ids) > self.max_tokens:
+                raise VLLMValidationError(
+                    f"{_item_field(i, single)} has {len(ids)} tokens, special tokens "
+                    f"included; this model takes at most {self.max_tokens}",
+                    parameter="data.input",
+                )
+        prompts: list[PromptType] = [{"prompt_token_ids": list(ids)} for ids in sequences]
+        self.pending.put(
+            request_id,
+            _Options(prompt.return_tokens, prompt.return_sparse, prompt.return_dense),
+        )
+        return prompts
+
+    def _check_task(self, request: SparseEmbeddingRequest) -> None:
+        if not (request.return_sparse or request.return_dense):
+            raise VLLMValidationError(
+                "data.return_sparse and data.return_dense are both false; "
+                "ask for at least one",
+                parameter="data.return_sparse",
+            )
+        for flag, wanted, giving in (
+            ("return_sparse", request.return_sparse, _GIVES_SPARSE),
+            ("return_dense", request.return_dense, _GIVES_DENSE),
+        ):
+            if wanted and self.pooling_task not in giving:
+                raise VLLMValidationError(
+                    f"data.{flag} is true, but this server runs the "
+                    f"{self.pooling_task!r} pooling task, which does not give it. "
+                    "Start the server without --pooler-config.task (BgeM3EmbeddingModel "
+                    f"then runs {_DEFAULT_TASK!r}), or send data.{flag}=false",
+                    parameter=f"data.{flag}",
+                )
+
+    # -- response side ------------------------------------------------------
+
+    def post_process(
+        self,
+        model_output: Sequence[PoolingRequestOutput],
+        request_id: str | None = None,
+        **kwargs: Any,
+    ) -> SparseEmbeddingResponse:
+        options = self.pending.pop(request_id)
+        if options is None:
+            raise RuntimeError(
+                f"bge_m3_sparse_plugin has no options for request {request_id!r}: "
+                f"it was evicted after more than {self.pending.max_size} pending "
+                f"requests (raise {MAX_PENDING_ENV})"
+            )
+        items = [self._item(i, out, options) for i, out in enumerate(model_output)]
+        prompt_tokens = sum(len(out.prompt_token_ids or ()) for out in model_output)
+        return SparseEmbeddingResponse(
+            data=items,
+            usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
+        )
+
+    def _item(
+        self, index: int, output: PoolingRequestOutput, options: _Options
+    ) -> SparseEmbeddingItem:
+        data = output.outputs.data
+        if isinstance(data, torch.Tensor):
+            data = data.detach().to("cpu", torch.float32).numpy()
+        values = np.asarray(data, dtype=np.float32).reshape(-1)
+
+        dense_size = self.hidden_size if self.pooling_task in _GIVES_DENSE else 0
+        item = SparseEmbeddingItem(index=index)
+        if options.return_dense:
+            item.dense_embedding = values[:dense_size].tolist()
+        if options.return_sparse:
+            token_ids = np.asarray(output.prompt_token_ids, dtype=np.int64)
+            weights = values[dense_size:]
+            span = token_weight_span(token_ids, len(weights), self.bos_token_id, self.eos_token_id)
+            ids, kept = lexical_weights(token_ids[span], weights, self.skip_ids)
+            id_list = ids.tolist()
+            tokens = self.decoder.decode(id_list) if options.return_tokens else [None] * len(id_list)
+            item.sparse_embedding = [
+                SparseToken(token_id=t, weight=w, token=s)
+                for t, w, s in zip(id_list, kept.tolist(), tokens)
+            ]
+        return item

@@ -1,0 +1,176 @@
+"""Pydantic models for the plugin's request (the ``data`` object) and response."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    ValidationError,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    model_serializer,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "SparseEmbeddingRequest",
+    "SparseToken",
+    "SparseEmbeddingItem",
+    "SparseEmbeddingUsage",
+    "SparseEmbeddingResponse",
+    "describe_validation_error",
+]
+
+Input = str | list[str] | list[int] | list[list[int]]
+
+_INPUT_SHAPES = (
+    "a string, a non-empty list of strings, a non-empty list of token ids, "
+    "or a non-empty list of non-empty lists of token ids"
+)
+
+
+def _is_token_id(value: object) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _check_token_ids(value: object, where: str) -> None:
+    if not isinstance(value, list) or not value:
+        raise PydanticCustomError(
+            "input_shape", "{where} must be a non-empty list of token ids, got {value}",
+            {"where": where, "value": _short(value)},
+        )
+    for i, token in enumerate(value):
+        if not _is_token_id(token):
+            raise PydanticCustomError(
+                "input_token_id",
+                "{where}[{i}] must be a token id (an integer >= 0), got {value}",
+                {"where": where, "i": i, "value": _short(token)},
+            )
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_input(value: object) -> Input:
+    """Accept the four input shapes; name the first bad element otherwise.
+
+    A plain union would report a failure for every member of the union; this
+    says, once, where the input went wrong.
+    """
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list) or not value:
+        raise PydanticCustomError(
+            "input_shape", "data.input must be " + _INPUT_SHAPES + ", got {value}",
+            {"value": _short(value)},
+        )
+    first = value[0]
+    if isinstance(first, str):
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise PydanticCustomError(
+                    "input_text",
+                    "data.input[{i}] must be a string like data.input[0], got {value}",
+                    {"i": i, "value": _short(item)},
+                )
+        return value
+    if isinstance(first, list):
+        for i, item in enumerate(value):
+            _check_token_ids(item, f"data.input[{i}]")
+        return value
+    if _is_token_id(first):
+        _check_token_ids(value, "data.input")
+        return value
+    raise PydanticCustomError(
+        "input_shape", "data.input must be " + _INPUT_SHAPES + ", got {value}",
+        {"value": _short(value)},
+    )
+
+
+class SparseEmbeddingRequest(BaseModel):
+    """The ``data`` object of a request, with FlagEmbedding's ``encode`` flags."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: Annotated[Input, BeforeValidator(_check_input)] = Field(
+        description=(
+            "A text, a list of texts, or pre-tokenized input: one list of token ids "
+            "or a list of them. Token ids are taken as the whole sequence, as the "
+            "tokenizer gives it, `<s>` and `</s>` included."
+        )
+    )
+    return_tokens: StrictBool = Field(
+        default=False, description="Add each token's text to the sparse entries."
+    )
+    return_sparse: StrictBool = Field(
+        default=True, description="Return the sparse (lexical) weights."
+    )
+    return_dense: StrictBool = Field(
+        default=False, description="Return the normalised dense (CLS) embedding too."
+    )
+
+    def inputs(self) -> list[str] | list[list[int]]:
+        """The input as a list of texts or a list of token-id sequences."""
+        if isinstance(self.input, str):
+            return [self.input]
+        if isinstance(self.input[0], int):
+            return [self.input]  # type: ignore[list-item]
+        return list(self.input)  # type: ignore[arg-type]
+
+
+class SparseToken(BaseModel):
+    token_id: int
+    weight: float
+    token: str | None = None
+
+
+class SparseEmbeddingItem(BaseModel):
+    index: int
+    object: Literal["sparse-embedding"] = "sparse-embedding"
+    sparse_embedding: list[SparseToken] | None = None
+    dense_embedding: list[float] | None = None
+
+    @model_serializer(mode="wrap")
+    def _drop_unrequested(self, handler: Any) -> dict[str, Any]:
+        # `sparse_embedding` and `dense_embedding` appear only when asked for;
+        # `token` inside an entry stays (null), as in the upstream response.
+        out = handler(self)
+        for key in ("sparse_embedding", "dense_embedding"):
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
+
+
+class SparseEmbeddingUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+    completion_tokens: int = 0
+    prompt_tokens_details: None = None
+
+
+class SparseEmbeddingResponse(BaseModel):
+    data: list[SparseEmbeddingItem]
+    usage: SparseEmbeddingUsage
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
+    """A one-line message naming each bad field, and the first field's path."""
+    problems: list[str] = []
+    fields: list[str] = []
+    for err in exc.errors(include_url=False):
+        path = "data" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in err["loc"]
+        )
+        fields.append(path)
+        if err["type"].startswith("input_"):
+            problems.append(err["msg"])  # our own messages name the element already
+        elif err["type"] == "missing":
+            problems.append(f"{path}: field required")
+        else:
+            problems.append(f"{path}: {err['msg']}, got {_short(err.get('input'))}")
+    return "invalid request data: " + "; ".join(problems), fields[0]

@@ -1,0 +1,204 @@
+"""Build a small, deterministic, random model shaped like BAAI/bge-m3.
+
+BAAI/bge-m3 cannot be downloaded everywhere (CI has no model hub), so the
+tests, the demo and the benchmarks build this stand-in instead. It has the
+same files as the real checkpoint, so vLLM's ``BgeM3EmbeddingModel`` and
+FlagEmbedding's ``BGEM3FlagModel`` both load it:
+
+- ``config.json``: XLM-RoBERTa, head_dim 64 (the CPU attention backend
+  rejects smaller heads);
+- a Unigram tokenizer with XLM-R's special tokens ``<s>``=0, ``<pad>``=1,
+  ``</s>``=2, ``<unk>``=3 and ``<mask>`` last;
+- ``model.safetensors``, ``sparse_linear.pt`` and ``colbert_linear.pt``.
+
+The sparse head's bias is calibrated on a fixed corpus so that about half
+of the tokens get a positive weight: with a random bias every weight can
+be negative, and a parity test would then compare empty dicts.
+
+Usage: ``python -m bge_m3_sparse_plugin.tiny_model OUT_DIR [--hidden-size
+768 --num-layers 6 --num-heads 12]``. Needs torch and transformers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import string
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["TinyModelSpec", "build_tiny_model", "CALIBRATION_TEXTS"]
+
+_SPECIAL = ["<s>", "<pad>", "</s>", "<unk>"]
+_MASK = "<mask>"
+
+_WORDS = """
+the of and to in is was for on that with as by at from it he she they we you i
+this be are or an not have has had but were which their all one can will would
+there what so if about who more when out up time new some them other than then
+into only its just also over after first many may such most made people year
+world day life work part way state city country water music film book game team
+love china hi hello search engine query document vector sparse dense model text
+embedding token weight server request response plugin language english french
+german chinese japanese spanish russian data retrieval hybrid score rank index
+fast slow good bad big small long short high low old young open close left right
+red blue green black white light dark sun moon star sky sea river tree stone fire
+""".split()
+
+_SUBWORDS = """
+ing ed er es s ly tion ment ness able ful less ge un re in pre de dis en
+ch sh th ph qu st tr pl br gr cr fl
+""".split()
+
+_MULTILINGUAL = (
+    "我爱中国你好世界文本向量检索模型日本語の東京"
+    "éèêëàâçîïôûüöäßñ"
+    "абвгдежзийклмнопрстуфхцчшщыьэюя"
+    "αβγδεζηθικλμνξοπρστυφχψω"
+    "ابتثجحخد"
+)
+
+# Calibration corpus: the sparse bias is set so that about half of the
+# tokens these texts produce get a positive weight.
+CALIBRATION_TEXTS = [
+    "I love China",
+    "hi, bge-m3",
+    "The search engine ranks every document by its sparse and dense score.",
+    "A hybrid retrieval model combines lexical weights with dense vectors.",
+    "我爱中国, 你好世界!",
+    "Le modèle de langue français et le texte allemand: schöne Grüße.",
+    "Поиск документов и векторов, быстрый и точный.",
+    "Open the water, close the light; the red sun and the blue sea.",
+    "Numbers 0123456789 and punctuation !?.,;:-()[]{} in one line.",
+    "Many people work in the city, some in the country, all of them every day.",
+]
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """Shape of the random model. The defaults build the small test model."""
+
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    intermediate_size: int = 256
+    max_position_embeddings: int = 1026  # XLM-R offsets positions by pad+1: 1024 tokens
+    seed: int = 0
+    target_positive_share: float = 0.5
+
+
+def _vocab() -> list[tuple[str, float]]:
+    """Unigram pieces with scores that prefer whole words over characters."""
+    pieces: list[str] = []
+    seen: set[str] = set(_SPECIAL) | {_MASK}
+
+    def add(piece: str) -> None:
+        if piece not in seen:
+            seen.add(piece)
+            pieces.append(piece)
+
+    add("▁")
+    for word in _WORDS:
+        add("▁" + word)
+        add("▁" + word.capitalize())
+    for sub in _SUBWORDS:
+        add(sub)
+    chars = string.ascii_letters + string.digits + string.punctuation + _MULTILINGUAL
+    for ch in chars:
+        add(ch)
+        add("▁" + ch)
+    vocab = [(tok, 0.0) for tok in _SPECIAL]
+    vocab += [(p, -10.0 + 0.5 * len(p)) for p in pieces]
+    vocab.append((_MASK, 0.0))
+    return vocab
+
+
+def build_tokenizer():
+    from transformers import XLMRobertaTokenizer
+
+    return XLMRobertaTokenizer(vocab=_vocab())
+
+
+def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec()) -> Path:
+    """Write the model into ``out_dir`` (created if missing) and return its path.
+
+    The same spec always gives the same files' contents on the same
+    torch/transformers versions.
+    """
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    tokenizer = build_tokenizer()
+    tokenizer.model_max_length = spec.max_position_embeddings - 2
+    tokenizer.save_pretrained(out)
+    vocab_size = len(tokenizer)
+
+    config = XLMRobertaConfig(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        intermediate_size=spec.intermediate_size,
+        max_position_embeddings=spec.max_position_embeddings,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        layer_norm_eps=1e-5,
+        architectures=["XLMRobertaModel"],
+        torch_dtype="float32",
+    )
+    torch.manual_seed(spec.seed)
+    model = XLMRobertaModel(config, add_pooling_layer=False).eval()
+    # Random init leaves biases at 0 and LayerNorms at identity; give the
+    # encoder some spread so that tokens in context differ from each other.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "embeddings" in name and param.dim() == 2:
+                param.normal_(0.0, 0.5)
+    model.save_pretrained(out, safe_serialization=True)
+
+    hidden = spec.hidden_size
+    sparse_linear = torch.nn.Linear(hidden, 1)
+    colbert_linear = torch.nn.Linear(hidden, hidden)
+    with torch.no_grad():
+        sparse_linear.weight.normal_(0.0, 1.0 / hidden**0.5)
+        sparse_linear.bias.zero_()
+        enc = tokenizer(CALIBRATION_TEXTS, padding=True, return_tensors="pt")
+        states = model(**enc).last_hidden_state
+        scores = sparse_linear(states).squeeze(-1)[enc["attention_mask"].bool()]
+        threshold = torch.quantile(scores, 1.0 - spec.target_positive_share)
+        sparse_linear.bias.fill_(-float(threshold))
+    torch.save(sparse_linear.state_dict(), out / "sparse_linear.pt")
+    torch.save(colbert_linear.state_dict(), out / "colbert_linear.pt")
+
+    (out / "tiny_model_spec.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir")
+    defaults = TinyModelSpec()
+    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
+    parser.add_argument("--num-layers", type=int, default=defaults.num_layers)
+    parser.add_argument("--num-heads", type=int, default=defaults.num_heads)
+    parser.add_argument("--intermediate-size", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+    args = parser.parse_args(argv)
+    spec = TinyModelSpec(
+        hidden_size=args.hidden_size,
+        num_layers=args.num_layers,
+        num_heads=args.num_heads,
+        intermediate_size=args.intermediate_size or 2 * args.hidden_size,
+        seed=args.seed,
+    )
+    out = build_tiny_model(args.out_dir, spec)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()

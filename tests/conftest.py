@@ -1,0 +1,85 @@
+"""Session-wide fixtures: one small model, one engine, one server, one FlagEmbedding."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bge_m3_sparse_plugin.tiny_model import build_tiny_model
+
+from ._server import Server
+
+HF_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("bge-m3-tiny"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+@pytest.fixture(scope="session")
+def flag_model(model_dir: Path):
+    from FlagEmbedding import BGEM3FlagModel
+
+    return BGEM3FlagModel(str(model_dir), use_fp16=False, devices="cpu")
+
+
+@pytest.fixture(scope="session")
+def llm(model_dir: Path):
+    from vllm import LLM
+
+    engine = LLM(
+        model=str(model_dir),
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+    )
+    yield engine
+    engine.llm_engine.engine_core.shutdown()
+
+
+def _start_server(model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = ()):
+    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args))
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+@pytest.fixture(scope="session")
+def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    srv = _start_server(model_dir, tmp_path_factory.mktemp("logs"), "server")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A server whose only pooling task is token_classify: no dense vector."""
+    srv = _start_server(
+        model_dir,
+        tmp_path_factory.mktemp("logs"),
+        "token-classify-server",
+        ["--pooler-config", '{"task": "token_classify"}'],
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _quiet_env():
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    yield

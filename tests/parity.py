@@ -1,0 +1,31 @@
+"""Comparison of the plugin's output with FlagEmbedding's, item by item."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Both sides run in fp32 on the CPU; only the kernels differ.
+RTOL = 1e-5
+ATOL = 1e-6
+
+
+def flag_reference(flag_model, texts: list[str], max_length: int = 1024) -> dict:
+    return flag_model.encode(
+        texts, return_dense=True, return_sparse=True, max_length=max_length, batch_size=8
+    )
+
+
+def assert_sparse_equal(plugin_entries: list[dict], flag_weights: dict, label: str) -> None:
+    """Same ids, same order, weights within RTOL (ATOL for weights near 0)."""
+    got_ids = [e["token_id"] for e in plugin_entries]
+    want_ids = [int(k) for k in flag_weights]
+    assert got_ids == want_ids, f"{label}: ids differ\nplugin: {got_ids}\nflag:   {want_ids}"
+    got = np.array([e["weight"] for e in plugin_entries], dtype=np.float64)
+    want = np.array([float(v) for v in flag_weights.values()], dtype=np.float64)
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=label)
+
+
+def assert_dense_equal(plugin_dense: list[float], flag_dense: np.ndarray, label: str) -> None:
+    np.testing.assert_allclose(
+        np.asarray(plugin_dense), np.asarray(flag_dense), rtol=RTOL, atol=ATOL, err_msg=label
+    )

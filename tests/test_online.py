@@ -1,0 +1,156 @@
+"""The online /pooling path, on a real vLLM server process with the plugin."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ._server import SERVED_MODEL_NAME
+from .parity import assert_dense_equal, assert_sparse_equal, flag_reference
+from .texts import LONG_TEXT, PARITY_TEXTS
+
+pytestmark = pytest.mark.engine
+
+SEED_INPUT = ["I love China", "hi, bge-m3"]
+
+
+def post(server, body, **kw) -> httpx.Response:
+    return httpx.post(server.url + "/pooling", json=body, timeout=120, **kw)
+
+
+def pooling(server, data: dict, **extra) -> dict:
+    resp = post(server, {"model": SERVED_MODEL_NAME, "data": data, **extra})
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+@pytest.fixture(scope="module")
+def seed_response(server):
+    return pooling(server, {"input": SEED_INPUT, "return_tokens": True}, task="token_classify")
+
+
+def test_seed_request_full_shape(seed_response, flag_model, tokenizer):
+    """The seed's curl request, as users send it, with "task": "token_classify"."""
+    body = seed_response
+    assert set(body) == {"request_id", "created_at", "data"}
+    assert body["request_id"].startswith("pooling-")
+    assert isinstance(body["created_at"], int)
+    flag = flag_reference(flag_model, SEED_INPUT)
+    expected_items = [
+        {
+            "index": i,
+            "object": "sparse-embedding",
+            "sparse_embedding": [
+                {"token_id": int(k), "weight": pytest.approx(float(v), rel=1e-5, abs=1e-6),
+                 "token": tokenizer.decode([int(k)])}
+                for k, v in flag["lexical_weights"][i].items()
+            ],
+        }
+        for i in range(len(SEED_INPUT))
+    ]
+    prompt_tokens = sum(len(tokenizer(t)["input_ids"]) for t in SEED_INPUT)
+    assert body["data"] == {
+        "data": expected_items,
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "total_tokens": prompt_tokens,
+            "completion_tokens": 0,
+            "prompt_tokens_details": None,
+        },
+    }
+    assert prompt_tokens == 14  # as in the seed's response for the same two texts
+    assert any(body["data"]["data"][i]["sparse_embedding"] for i in range(2))
+
+
+@pytest.mark.parametrize("task", ["plugin", None])
+def test_plugin_task_and_no_task_answer_the_same(server, seed_response, task):
+    extra = {} if task is None else {"task": task}
+    body = pooling(server, {"input": SEED_INPUT, "return_tokens": True}, **extra)
+    assert body["data"] == seed_response["data"]
+
+
+def test_online_parity_with_dense(server, flag_model):
+    texts = [*PARITY_TEXTS.values(), LONG_TEXT]
+    body = pooling(server, {"input": texts, "return_dense": True})
+    flag = flag_reference(flag_model, texts)
+    items = body["data"]["data"]
+    assert [it["index"] for it in items] == list(range(len(texts)))
+    for i, item in enumerate(items):
+        assert set(item) == {"index", "object", "sparse_embedding", "dense_embedding"}
+        assert all(e["token"] is None for e in item["sparse_embedding"])
+        assert_sparse_equal(item["sparse_embedding"], flag["lexical_weights"][i], f"item {i}")
+        assert_dense_equal(item["dense_embedding"], flag["dense_vecs"][i], f"item {i}")
+
+
+def test_pre_tokenized_input(server, tokenizer, seed_response):
+    ids = [tokenizer(t)["input_ids"] for t in SEED_INPUT]
+    body = pooling(server, {"input": ids, "return_tokens": True})
+    assert body["data"] == seed_response["data"]
+
+
+BAD_DATA = [
+    # (label, data, expected field in the message)
+    ("input is a number", {"input": 5}, "data.input"),
+    ("input is null", {"input": None}, "data.input"),
+    ("input is missing", {"return_tokens": True}, "data.input"),
+    ("empty list", {"input": []}, "data.input"),
+    ("nested empty list", {"input": [[]]}, "data.input[0]"),
+    ("mixed list", {"input": ["a", 1]}, "data.input[1]"),
+    ("negative token id", {"input": [0, -5, 2]}, "data.input[1]"),
+    ("float token id", {"input": [[0, 1.5, 2]]}, "data.input[0][1]"),
+    ("token id outside vocabulary", {"input": [0, 10**6, 2]}, "data.input"),
+    ("return_tokens not a bool", {"input": "x", "return_tokens": "yes"}, "data.return_tokens"),
+    ("return_dense null", {"input": "x", "return_dense": None}, "data.return_dense"),
+    ("unknown field", {"input": "x", "return_colbert": True}, "data.return_colbert"),
+    ("nothing asked for", {"input": "x", "return_sparse": False}, "data.return_sparse"),
+    ("text over the model's length", {"input": ["ok", "x " * 1100]}, "data.input[1]"),
+    ("ids over the model's length", {"input": [5] * 1025}, "data.input"),
+]
+
+
+@pytest.mark.parametrize("label,data,field", BAD_DATA, ids=[b[0] for b in BAD_DATA])
+def test_bad_data_is_a_400_naming_the_field(server, label, data, field):
+    resp = post(server, {"model": SERVED_MODEL_NAME, "data": data})
+    assert resp.status_code == 400, resp.text
+    assert field in resp.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"model": SERVED_MODEL_NAME, "data": None}, {"model": SERVED_MODEL_NAME, "data": "text"}],
+    ids=["data null", "data a string"],
+)
+def test_bad_data_object_is_a_400(server, body):
+    resp = post(server, body)
+    assert resp.status_code == 400, resp.text
+    assert "data" in resp.json()["error"]["message"]
+
+
+def test_not_json_is_a_400(server):
+    resp = httpx.post(
+        server.url + "/pooling", content=b"{not json", timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status_code == 400, resp.text
+
+
+def test_server_still_serves_after_bad_input(server, seed_response):
+    for _, data, _ in BAD_DATA:
+        post(server, {"model": SERVED_MODEL_NAME, "data": data})
+    assert server.alive()
+    body = pooling(server, {"input": SEED_INPUT, "return_tokens": True})
+    assert body["data"] == seed_response["data"]
+
+
+def test_token_classify_server_refuses_dense_and_serves_sparse(
+    token_classify_server, seed_response
+):
+    resp = post(
+        token_classify_server,
+        {"model": SERVED_MODEL_NAME, "data": {"input": SEED_INPUT, "return_dense": True}},
+    )
+    assert resp.status_code == 400, resp.text
+    message = resp.json()["error"]["message"]
+    assert "data.return_dense" in message and "--pooler-config.task" in message
+    body = pooling(token_classify_server, {"input": SEED_INPUT, "return_tokens": True})
+    assert body["data"] == seed_response["data"]
