@@ -30,7 +30,13 @@ class Server:
     CUDA install ``vllm serve`` takes the same arguments.
     """
 
-    def __init__(self, model_dir: Path, log_path: Path, extra_args: list[str] = ()) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        log_path: Path,
+        extra_args: list[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
@@ -49,7 +55,7 @@ class Server:
         ]
         self._log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, env=dict(os.environ),
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
             start_new_session=True,
         )
 
@@ -70,9 +76,12 @@ class Server:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def log_tail(self, n: int = 60) -> str:
+    def log_text(self) -> str:
         self._log.flush()
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, n: int = 60) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
 
     def stop(self) -> None:
         # The server runs in its own session: signal the whole group, so the

@@ -49,8 +49,10 @@ def llm(model_dir: Path):
     engine.llm_engine.engine_core.shutdown()
 
 
-def _start_server(model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = ()):
-    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args))
+def _start_server(
+    model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = (), env: dict | None = None
+):
+    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args), env=env)
     try:
         server.wait_ready()
     except BaseException:
@@ -66,14 +68,23 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     srv.stop()
 
 
+SMALL_MAX_INPUTS = 5
+SMALL_MAX_PENDING = 4
+
+
 @pytest.fixture(scope="session")
 def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    """A server whose only pooling task is token_classify: no dense vector."""
+    """A second server: token_classify only (no dense vector), and tight plugin
+    limits, so that tests can see the bounds at work."""
     srv = _start_server(
         model_dir,
         tmp_path_factory.mktemp("logs"),
         "token-classify-server",
         ["--pooler-config", '{"task": "token_classify"}'],
+        env={
+            "BGE_M3_SPARSE_MAX_INPUTS": str(SMALL_MAX_INPUTS),
+            "BGE_M3_SPARSE_MAX_PENDING": str(SMALL_MAX_PENDING),
+        },
     )
     yield srv
     srv.stop()

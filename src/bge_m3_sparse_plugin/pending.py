@@ -9,7 +9,8 @@ from typing import Generic, TypeVar
 
 __all__ = ["PendingRequests"]
 
-logger = logging.getLogger(__name__)
+# A child of the "vllm" logger: our lines go where vLLM's go, at its level.
+logger = logging.getLogger("vllm.plugins." + __name__)
 
 T = TypeVar("T")
 
@@ -39,8 +40,9 @@ class PendingRequests(Generic[T]):
                 evicted, _ = self._entries.popitem(last=False)
                 logger.warning(
                     "bge_m3_sparse_plugin: dropped the options of request %r, which "
-                    "never finished; at most %d requests are kept pending",
+                    "never finished; %d requests pending, at most %d kept",
                     evicted,
+                    len(self._entries),
                     self.max_size,
                 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,10 +33,13 @@ from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor"]
 
+# A child of the "vllm" logger: our lines go where vLLM's go, at its level.
+logger = logging.getLogger("vllm.plugins." + __name__)
+
 MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
 DEFAULT_MAX_INPUTS = 1024
-DEFAULT_MAX_PENDING = 16384
+DEFAULT_MAX_PENDING = 65536
 
 # What each pooling task of BgeM3EmbeddingModel puts into an output's data.
 _GIVES_SPARSE = {"embed&token_classify", "token_classify"}
@@ -82,6 +86,7 @@ class _Options:
     return_tokens: bool
     return_sparse: bool
     return_dense: bool
+    single: bool  # the input was one text or one id list: errors say data.input
 
 
 class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingResponse]):
@@ -102,11 +107,17 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         self.bos_token_id = int(hf_config.bos_token_id)
         self.eos_token_id = int(hf_config.eos_token_id)
         self.max_tokens = _max_tokens(model_config)
+        if self.max_tokens < model_config.max_model_len:
+            logger.warning(
+                "bge_m3_sparse_plugin: the model has %d positions but max_model_len is "
+                "%d; start vLLM with --max-model-len %d so that it refuses longer "
+                "prompts before running them (the plugin refuses their results)",
+                self.max_tokens, model_config.max_model_len, self.max_tokens,
+            )
         self.vocab_size = max(int(model_config.get_vocab_size()), len(tokenizer))
         pooler_config = model_config.pooler_config
         self.pooling_task = (pooler_config and pooler_config.task) or _DEFAULT_TASK
 
-        self.tokenizer = tokenizer
         self.skip_ids = special_token_ids(tokenizer)
         self.decoder = TokenDecoder(tokenizer)
         self.max_inputs = _env_int(MAX_INPUTS_ENV, DEFAULT_MAX_INPUTS)
@@ -153,31 +164,25 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 parameter="data.input",
             )
         single = isinstance(prompt.input, str) or isinstance(prompt.input[0], int)
-        if isinstance(inputs[0], str):
-            # Tokenized here, in one batch, so that a text too long for the
-            # model gets a 400 naming it instead of failing inside the engine.
-            sequences = self.tokenizer(inputs, add_special_tokens=True, verbose=False)["input_ids"]
-        else:
-            sequences = inputs
-            top = max(max(ids) for ids in sequences)
-            if top >= self.vocab_size:
-                where = next(i for i, ids in enumerate(sequences) if max(ids) == top)
-                raise VLLMValidationError(
-                    f"{_item_field(where, single)} holds token id {top}, outside the "
-                    f"vocabulary [0, {self.vocab_size})",
-                    parameter="data.input",
-                )
-        for i, ids in enumerate(sequences):
-            if len(ids) > self.max_tokens:
-                raise VLLMValidationError(
-                    f"{_item_field(i, single)} has {len(ids)} tokens, special tokens "
-                    f"included; this model takes at most {self.max_tokens}",
-                    parameter="data.input",
-                )
-        prompts: list[PromptType] = [{"prompt_token_ids": list(ids)} for ids in sequences]
+        prompts: list[PromptType] = []
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                # vLLM tokenizes texts itself, so that a request's
+                # truncate_prompt_tokens truncates them as the tokenizer does
+                # (keeping </s>), which is what FlagEmbedding's max_length does.
+                prompts.append({"prompt": item})
+            else:
+                top = max(item)
+                if top >= self.vocab_size:
+                    raise VLLMValidationError(
+                        f"{_item_field(i, single)} holds token id {top}, outside the "
+                        f"vocabulary [0, {self.vocab_size})",
+                        parameter="data.input",
+                    )
+                prompts.append({"prompt_token_ids": list(item)})
         self.pending.put(
             request_id,
-            _Options(prompt.return_tokens, prompt.return_sparse, prompt.return_dense),
+            _Options(prompt.return_tokens, prompt.return_sparse, prompt.return_dense, single),
         )
         return prompts
 
@@ -216,6 +221,15 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 f"it was evicted after more than {self.pending.max_size} pending "
                 f"requests (raise {MAX_PENDING_ENV})"
             )
+        for i, out in enumerate(model_output):
+            n = len(out.prompt_token_ids or ())
+            if n > self.max_tokens:
+                raise VLLMValidationError(
+                    f"{_item_field(i, options.single)} has {n} tokens, special tokens "
+                    f"included; this model takes at most {self.max_tokens}. Shorten it, "
+                    f"or send truncate_prompt_tokens <= {self.max_tokens}",
+                    parameter="data.input",
+                )
         items = [self._item(i, out, options) for i, out in enumerate(model_output)]
         prompt_tokens = sum(len(out.prompt_token_ids or ()) for out in model_output)
         return SparseEmbeddingResponse(

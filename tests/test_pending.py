@@ -1,0 +1,43 @@
+"""The per-request options map: keyed, removed on use, bounded."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bge_m3_sparse_plugin.pending import PendingRequests
+
+
+def test_keyed_and_removed_on_pop():
+    pending = PendingRequests[str](max_size=10)
+    pending.put("a", "options-a")
+    pending.put("b", "options-b")
+    assert pending.pop("b") == "options-b"  # order of arrival does not matter
+    assert pending.pop("a") == "options-a"
+    assert pending.pop("a") is None
+    assert len(pending) == 0
+
+
+def test_same_id_replaces_a_stale_entry():
+    pending = PendingRequests[str](max_size=10)
+    pending.put("retry", "failed-request")
+    pending.put("retry", "new-request")
+    assert len(pending) == 1
+    assert pending.pop("retry") == "new-request"
+
+
+def test_bounded_evicts_oldest_and_logs(caplog):
+    pending = PendingRequests[int](max_size=3)
+    with caplog.at_level(logging.WARNING):
+        for i in range(5):
+            pending.put(f"r{i}", i)
+    assert len(pending) == 3
+    assert [pending.pop(f"r{i}") for i in range(5)] == [None, None, 2, 3, 4]
+    evicted = [r.getMessage() for r in caplog.records if "dropped the options" in r.getMessage()]
+    assert len(evicted) == 2 and "'r0'" in evicted[0] and "'r1'" in evicted[1]
+
+
+def test_bound_must_be_positive():
+    with pytest.raises(ValueError, match="max_size must be >= 1, got 0"):
+        PendingRequests(max_size=0)

@@ -1,0 +1,230 @@
+"""Nothing mixed up or leaked between requests, under concurrency and failures.
+
+Real servers (tests/_server.py) and the real offline engine; the pending-state
+bound is observed through the processor object offline and through the
+eviction log of a server started with a tiny bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+
+import httpx
+import pytest
+
+from ._server import SERVED_MODEL_NAME
+from .conftest import SMALL_MAX_INPUTS, SMALL_MAX_PENDING
+from .parity import assert_sparse_equal
+from .texts import PARITY_TEXTS
+
+pytestmark = pytest.mark.engine
+
+TOO_LONG = "x " * 1100  # over max_model_len: vLLM refuses it after the plugin's pre_process
+TEXTS = list(PARITY_TEXTS.values())
+
+
+def body(data: dict, **extra) -> dict:
+    return {"model": SERVED_MODEL_NAME, "data": data, **extra}
+
+
+def post(server, payload: dict, **kw) -> httpx.Response:
+    return httpx.post(server.url + "/pooling", json=payload, timeout=120, **kw)
+
+
+def assert_same_answer(got, want, where="") -> None:
+    """Equal structure and values; floats within 1e-5 relative (batching may differ)."""
+    if isinstance(want, float):
+        assert math.isclose(got, want, rel_tol=1e-5, abs_tol=1e-6), (where, got, want)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), (where, got, want)
+        for key in want:
+            assert_same_answer(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (where, got, want)
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same_answer(g, w, f"{where}[{i}]")
+    else:
+        assert got == want, (where, got, want)
+
+
+def mixed_requests() -> list[dict]:
+    """Distinct valid data objects: single and batched, every option combination."""
+    requests = []
+    for i in range(24):
+        texts = [TEXTS[(i + k) % len(TEXTS)] for k in range(1 + i % 3)]
+        requests.append(
+            {
+                "input": texts[0] if i % 4 == 0 else texts,
+                "return_tokens": bool(i % 2),
+                "return_dense": bool(i % 3 == 0),
+                "return_sparse": i % 6 != 3,
+            }
+        )
+    return requests
+
+
+FAILING = [
+    {"input": TOO_LONG, "return_tokens": True, "return_dense": True},
+    {"input": ["ok", 5]},
+    {"input": [], "return_tokens": True},
+    {"input": [0, 10**7, 2], "return_dense": True},
+]
+
+
+def test_concurrent_mixed_requests_each_get_their_own_answer(server):
+    requests = mixed_requests()
+    alone = []
+    for data in requests:
+        resp = post(server, body(data))
+        assert resp.status_code == 200, resp.text
+        alone.append(resp.json()["data"])
+
+    # 120 valid requests (each distinct one 5 times) with 24 failing ones
+    # interleaved, all in flight at once.
+    schedule = []
+    for round_ in range(5):
+        for i, data in enumerate(requests):
+            schedule.append(("ok", i, data))
+            if i % 5 == round_ % 5:
+                schedule.append(("fail", None, FAILING[len(schedule) % len(FAILING)]))
+
+    async def run():
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
+        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+            return await asyncio.gather(
+                *(client.post(server.url + "/pooling", json=body(d)) for _, _, d in schedule)
+            )
+
+    responses = asyncio.run(run())
+    valid = [(i, r) for (kind, i, _), r in zip(schedule, responses) if kind == "ok"]
+    failed = [r for (kind, _, _), r in zip(schedule, responses) if kind == "fail"]
+    assert len(valid) == 120 and len(failed) == 24
+    assert [r.status_code for r in failed] == [400] * len(failed)
+    mismatches = 0
+    for i, resp in valid:
+        assert resp.status_code == 200, resp.text
+        try:
+            assert_same_answer(resp.json()["data"], alone[i], f"request {i}")
+        except AssertionError:
+            mismatches += 1
+    assert mismatches == 0
+
+
+def test_a_failed_request_does_not_pass_its_options_on(server):
+    """vLLM #48112: after a request fails between pre- and post-processing,
+    the next requests must get their own options, not the failed one's."""
+    resp = post(server, body({"input": [TOO_LONG], "return_tokens": True, "return_dense": True}))
+    assert resp.status_code == 400, resp.text
+    plain = post(server, body({"input": ["I love China"]})).json()["data"]["data"][0]
+    assert set(plain) == {"index", "object", "sparse_embedding"}
+    assert all(e["token"] is None for e in plain["sparse_embedding"])
+    tokens = post(server, body({"input": ["I love China"], "return_tokens": True})).json()
+    entries = tokens["data"]["data"][0]["sparse_embedding"]
+    assert [e["token_id"] for e in entries] == [e["token_id"] for e in plain["sparse_embedding"]]
+    assert all(e["token"] for e in entries)
+
+
+def test_retry_with_the_same_request_id_after_a_failure(server):
+    headers = {"X-Request-Id": "client-retry-1"}
+    resp = post(server, body({"input": TOO_LONG, "return_dense": True}), headers=headers)
+    assert resp.status_code == 400, resp.text
+    resp = post(server, body({"input": "I love China", "return_tokens": True}), headers=headers)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["request_id"] == "pooling-client-retry-1"
+    item = resp.json()["data"]["data"][0]
+    assert set(item) == {"index", "object", "sparse_embedding"}
+    assert all(e["token"] for e in item["sparse_embedding"])
+
+
+def test_too_many_inputs(server):
+    resp = post(server, body({"input": ["a"] * 1025}))
+    assert resp.status_code == 400, resp.text
+    assert "data.input has 1025 items; at most 1024" in resp.json()["error"]["message"]
+    assert "BGE_M3_SPARSE_MAX_INPUTS" in resp.json()["error"]["message"]
+
+
+def test_max_inputs_is_configurable(token_classify_server):
+    n = SMALL_MAX_INPUTS
+    ok = post(token_classify_server, body({"input": ["a"] * n}))
+    assert ok.status_code == 200, ok.text and len(ok.json()["data"]["data"]) == n
+    resp = post(token_classify_server, body({"input": ["a"] * (n + 1)}))
+    assert resp.status_code == 400, resp.text
+    assert f"data.input has {n + 1} items; at most {n}" in resp.json()["error"]["message"]
+
+
+def test_pending_state_stays_bounded_after_failures_and_aborts(token_classify_server):
+    srv = token_classify_server
+    # Each of these passes pre_process and then fails inside vLLM, so it
+    # never reaches post_process: its entry stays until evicted.
+    for _ in range(3 * SMALL_MAX_PENDING):
+        assert post(srv, body({"input": TOO_LONG})).status_code == 400
+    # Clients that give up mid-request: connected, then no patience for the answer.
+    big = body({"input": ["the " * 1000] * SMALL_MAX_INPUTS})  # 1002 tokens each
+    for _ in range(SMALL_MAX_PENDING):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(srv.url + "/pooling", json=big, timeout=httpx.Timeout(10.0, read=0.005))
+    sizes = [int(m) for m in re.findall(r"(\d+) requests pending, at most", srv.log_text())]
+    assert sizes, srv.log_tail()
+    assert max(sizes) <= SMALL_MAX_PENDING
+    # The server still answers, with the right options.
+    assert srv.alive()
+    resp = post(srv, body({"input": ["I love China"], "return_tokens": True}))
+    assert resp.status_code == 200, resp.text
+    assert all(e["token"] for e in resp.json()["data"]["data"][0]["sparse_embedding"])
+
+
+def test_truncate_prompt_tokens_online(server, flag_model):
+    long_text = " ".join(f"document {i} about search and retrieval;" for i in range(200))
+    resp = post(server, body({"input": [long_text, "I love China"]}, truncate_prompt_tokens=600))
+    assert resp.status_code == 200, resp.text
+    out = resp.json()["data"]
+    # vLLM truncates texts with the tokenizer, keeping </s>: FlagEmbedding's max_length.
+    flag = flag_model.encode([long_text, "I love China"], return_sparse=True, max_length=600)
+    for i in range(2):
+        assert_sparse_equal(out["data"][i]["sparse_embedding"], flag["lexical_weights"][i], f"item {i}")
+    assert out["usage"]["prompt_tokens"] == 600 + 5
+
+
+def test_truncate_prompt_tokens_beyond_the_models_positions(server):
+    resp = post(server, body({"input": TOO_LONG}, truncate_prompt_tokens=1026))
+    assert resp.status_code == 400, resp.text
+    assert "data.input has 1026 tokens" in resp.json()["error"]["message"]
+    assert "truncate_prompt_tokens <= 1024" in resp.json()["error"]["message"]
+
+
+def test_truncate_pre_tokenized_input_keeps_the_first_ids(server, tokenizer):
+    ids = tokenizer(TEXTS[2])["input_ids"]
+    truncated = post(server, body({"input": ids}, truncate_prompt_tokens=8)).json()["data"]
+    first = post(server, body({"input": ids[:8]})).json()["data"]
+    assert truncated == first
+
+
+def _processor(llm):
+    return llm.pooling_io_processors["plugin"].io_processor
+
+
+def test_offline_failures_leave_nothing_behind(llm, flag_model):
+    from vllm.exceptions import VLLMValidationError
+
+    pending = _processor(llm).pending
+    with pytest.raises(VLLMValidationError, match="maximum context length"):
+        llm.encode({"data": {"input": TOO_LONG, "return_tokens": True}}, pooling_task="plugin")
+    assert len(pending) <= 1  # the offline slot, overwritten by the next call
+    out = llm.encode({"data": {"input": ["I love China"]}}, pooling_task="plugin")
+    assert len(pending) == 0
+    entries = out[0].outputs.model_dump()["data"][0]["sparse_embedding"]
+    assert all(e["token"] is None for e in entries)
+
+
+def test_truncate_prompt_tokens_offline(llm, flag_model):
+    long_text = " ".join(f"document {i} about search and retrieval;" for i in range(200))
+    out = llm.encode(
+        {"data": {"input": [long_text]}},
+        pooling_task="plugin",
+        tokenization_kwargs={"truncate_prompt_tokens": 300},
+    )[0].outputs.model_dump()
+    flag = flag_model.encode([long_text], return_sparse=True, max_length=300)
+    assert_sparse_equal(out["data"][0]["sparse_embedding"], flag["lexical_weights"][0], "offline")
+    assert out["usage"]["prompt_tokens"] == 300
