@@ -62,7 +62,7 @@ def test_errors_name_the_field(data, message, field):
 
 
 def test_item_leaves_out_what_was_not_asked_for():
-    sparse_only = SparseEmbeddingItem(index=0, sparse_embedding=[SparseToken(token_id=5, weight=0.5)])
+    sparse_only = SparseEmbeddingItem(index=0, sparse_embedding=[SparseToken(token_id=5, weight=0.5, token=None)])
     assert sparse_only.model_dump() == {
         "index": 0,
         "object": "sparse-embedding",

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bge_m3_sparse_plugin.sparse import lexical_weights, token_weight_span
+from bge_m3_sparse_plugin.sparse import lexical_weights, lexical_weights_batch, token_weight_span
 
 from .reference import reference_lexical_weights
 
@@ -111,3 +111,30 @@ def test_token_weight_span(ids, n, expected):
 def test_token_weight_span_rejects_a_length_mismatch():
     with pytest.raises(ValueError, match="3 token weights for a sequence of 4 tokens"):
         token_weight_span(np.array([0, 5, 6, 2]), 3, bos_token_id=0, eos_token_id=2)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(min_value=0, max_value=9),
+                st.floats(min_value=-1, max_value=1, allow_nan=False, width=32),
+            ),
+            max_size=30,
+        ),
+        max_size=6,
+    )
+)
+def test_batch_equals_reference_per_sequence(sequences):
+    ids = [np.array([p[0] for p in s], dtype=np.int64) for s in sequences]
+    weights = [np.array([p[1] for p in s], dtype=np.float32) for s in sequences]
+    got = lexical_weights_batch(ids, weights, SKIP)
+    assert len(got) == len(sequences)
+    for (out_ids, out_w), i, w in zip(got, ids, weights):
+        want = ref(i.tolist(), w)
+        assert list(zip(out_ids.tolist(), out_w.tolist())) == list(want.items())
+
+
+def test_batch_of_nothing():
+    assert lexical_weights_batch([], [], SKIP) == []

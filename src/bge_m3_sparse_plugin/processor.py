@@ -6,6 +6,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from .schemas import (
     SparseToken,
     describe_validation_error,
 )
-from .sparse import lexical_weights, token_weight_span
+from .sparse import lexical_weights_batch, token_weight_span
 from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -230,34 +231,49 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                     f"or send truncate_prompt_tokens <= {self.max_tokens}",
                     parameter="data.input",
                 )
-        items = [self._item(i, out, options) for i, out in enumerate(model_output)]
         prompt_tokens = sum(len(out.prompt_token_ids or ()) for out in model_output)
         return SparseEmbeddingResponse(
-            data=items,
+            data=self._items(model_output, options),
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
         )
 
-    def _item(
-        self, index: int, output: PoolingRequestOutput, options: _Options
-    ) -> SparseEmbeddingItem:
-        data = output.outputs.data
-        if isinstance(data, torch.Tensor):
-            data = data.detach().to("cpu", torch.float32).numpy()
-        values = np.asarray(data, dtype=np.float32).reshape(-1)
-
+    def _items(
+        self, outputs: Sequence[PoolingRequestOutput], options: _Options
+    ) -> list[SparseEmbeddingItem]:
+        values = [_as_float32(out.outputs.data) for out in outputs]
         dense_size = self.hidden_size if self.pooling_task in _GIVES_DENSE else 0
-        item = SparseEmbeddingItem(index=index)
-        if options.return_dense:
-            item.dense_embedding = values[:dense_size].tolist()
+        sparse: list[list[SparseToken] | None] = [None] * len(outputs)
         if options.return_sparse:
-            token_ids = np.asarray(output.prompt_token_ids, dtype=np.int64)
-            weights = values[dense_size:]
-            span = token_weight_span(token_ids, len(weights), self.bos_token_id, self.eos_token_id)
-            ids, kept = lexical_weights(token_ids[span], weights, self.skip_ids)
-            id_list = ids.tolist()
-            tokens = self.decoder.decode(id_list) if options.return_tokens else [None] * len(id_list)
-            item.sparse_embedding = [
-                SparseToken(token_id=t, weight=w, token=s)
-                for t, w, s in zip(id_list, kept.tolist(), tokens)
-            ]
-        return item
+            ids, weights = [], []
+            for out, vals in zip(outputs, values):
+                token_ids = np.asarray(out.prompt_token_ids)
+                w = vals[dense_size:]
+                span = token_weight_span(token_ids, len(w), self.bos_token_id, self.eos_token_id)
+                ids.append(token_ids[span])
+                weights.append(w)
+            for i, (kept_ids, kept_w) in enumerate(
+                lexical_weights_batch(ids, weights, self.skip_ids)
+            ):
+                id_list = kept_ids.tolist()
+                tokens = self.decoder.decode(id_list) if options.return_tokens else repeat(None)
+                # Plain dicts, built without per-entry validation: these are
+                # the plugin's own values, and a response can hold millions.
+                sparse[i] = [
+                    {"token_id": t, "weight": w, "token": s}
+                    for t, w, s in zip(id_list, kept_w.tolist(), tokens)
+                ]
+        return [
+            SparseEmbeddingItem.model_construct(
+                index=i,
+                object="sparse-embedding",
+                sparse_embedding=sparse[i],
+                dense_embedding=vals[:dense_size].tolist() if options.return_dense else None,
+            )
+            for i, vals in enumerate(values)
+        ]
+
+
+def _as_float32(data: Any) -> np.ndarray:
+    if isinstance(data, torch.Tensor):
+        data = data.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(data, dtype=np.float32).reshape(-1)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from typing_extensions import TypedDict
+
 from pydantic import (
     ValidationError,
     BaseModel,
@@ -123,10 +125,12 @@ class SparseEmbeddingRequest(BaseModel):
         return list(self.input)  # type: ignore[arg-type]
 
 
-class SparseToken(BaseModel):
+class SparseToken(TypedDict):
+    """One entry of ``sparse_embedding``: a plain dict, as in the JSON."""
+
     token_id: int
     weight: float
-    token: str | None = None
+    token: str | None
 
 
 class SparseEmbeddingItem(BaseModel):

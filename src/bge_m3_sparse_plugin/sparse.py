@@ -10,11 +10,11 @@ same result without per-token Python work.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["token_weight_span", "lexical_weights"]
+__all__ = ["token_weight_span", "lexical_weights", "lexical_weights_batch"]
 
 
 def token_weight_span(
@@ -46,19 +46,70 @@ def lexical_weights(
     weight. Weights keep their dtype, so fp32 input gives FlagEmbedding's fp32
     values exactly.
     """
-    ids = np.asarray(token_ids)
-    w = np.asarray(weights)
-    if ids.shape != w.shape or ids.ndim != 1:
-        raise ValueError(f"token_ids {ids.shape} and weights {w.shape} must be equal 1-D shapes")
+    return lexical_weights_batch([token_ids], [weights], skip_ids)[0]
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` (>= 0) as uint16 when they fit, for numpy's radix sort."""
+    if values.size and int(values.max()) > np.iinfo(np.uint16).max:
+        return values
+    return values.astype(np.uint16)
+
+
+def lexical_weights_batch(
+    token_ids: Sequence[np.ndarray], weights: Sequence[np.ndarray], skip_ids: Iterable[int]
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`lexical_weights` of many sequences, computed in one pass.
+
+    All sequences are concatenated and keyed by (sequence, id), so the cost is
+    a handful of numpy calls for the whole batch rather than per sequence.
+    """
+    if len(token_ids) != len(weights):
+        raise ValueError(f"{len(token_ids)} id sequences but {len(weights)} weight sequences")
+    for ids, w in zip(token_ids, weights):
+        if np.shape(ids) != np.shape(w) or np.ndim(ids) != 1:
+            raise ValueError(
+                f"token_ids {np.shape(ids)} and weights {np.shape(w)} must be equal 1-D shapes"
+            )
+    n_seq = len(token_ids)
+    if n_seq == 0:
+        return []
+    lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=n_seq)
+    ids = np.concatenate([np.asarray(x) for x in token_ids]).astype(np.int32, copy=False)
+    w = np.concatenate([np.asarray(x) for x in weights])
+
     keep = w > 0
-    skip = np.fromiter(skip_ids, dtype=ids.dtype if ids.size else np.int64)
+    skip = np.fromiter(skip_ids, dtype=np.int32)
     if skip.size:
         keep &= ~np.isin(ids, skip)
-    ids, w = ids[keep], w[keep]
-    if ids.size == 0:
-        return ids, w
-    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-    best = np.full(uniq.shape, -np.inf, dtype=w.dtype)
-    np.maximum.at(best, inverse, w)
-    order = np.argsort(first, kind="stable")
-    return uniq[order], best[order]
+    where = np.flatnonzero(keep)
+    ids_k, w_k = ids[where], w[where]
+    seq_k = np.searchsorted(np.cumsum(lengths), where, side="right").astype(np.int32)
+    n = ids_k.size
+
+    # Group equal (sequence, id) pairs with two stable sorts, by id then by
+    # sequence. Ids are first renumbered densely so that both sort keys
+    # usually fit 16 bits, where numpy's stable sort is a linear radix sort.
+    # Stability keeps each group in position order: its first member is the
+    # id's first kept occurrence in that sequence.
+    present = np.zeros(int(ids_k.max()) + 1 if n else 1, dtype=bool)
+    present[ids_k] = True
+    dense_id = (np.cumsum(present) - 1)[ids_k]
+    order = np.argsort(_narrow(dense_id), kind="stable")
+    order = order[np.argsort(_narrow(seq_k[order]), kind="stable")]
+    grouped = dense_id[order] + seq_k[order] * (int(dense_id.max()) + 1 if n else 1)
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if n else order
+    best = np.maximum.reduceat(w_k[order], starts) if n else w_k
+    first = order[starts]  # the position of each group's first member
+
+    # Back to position order without another sort: mark the first members.
+    is_first = np.zeros(n, dtype=bool)
+    is_first[first] = True
+    best_at = np.empty_like(w_k)
+    best_at[first] = best
+    out_ids, out_w, out_seq = ids_k[is_first], best_at[is_first], seq_k[is_first]
+    bounds = np.searchsorted(out_seq, np.arange(n_seq + 1))
+    return [
+        (out_ids[bounds[i] : bounds[i + 1]], out_w[bounds[i] : bounds[i + 1]])
+        for i in range(n_seq)
+    ]
