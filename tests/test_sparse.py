@@ -70,8 +70,10 @@ def test_weights_keep_fp32_values():
 
 
 def test_shape_mismatch_is_an_error():
-    with pytest.raises(ValueError, match="equal 1-D shapes"):
+    with pytest.raises(ValueError, match="as many weights as token ids"):
         lexical_weights(np.array([1, 2]), np.array([0.5]), SKIP)
+    with pytest.raises(ValueError, match="1-D"):
+        lexical_weights(np.array([[1, 2]]), np.array([[0.5, 0.5]]), SKIP)
 
 
 @settings(max_examples=300, deadline=None)

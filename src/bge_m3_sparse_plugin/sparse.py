@@ -49,13 +49,6 @@ def lexical_weights(
     return lexical_weights_batch([token_ids], [weights], skip_ids)[0]
 
 
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """``values`` (>= 0) as uint16 when they fit, for numpy's radix sort."""
-    if values.size and int(values.max()) > np.iinfo(np.uint16).max:
-        return values
-    return values.astype(np.uint16)
-
-
 def lexical_weights_batch(
     token_ids: Sequence[np.ndarray], weights: Sequence[np.ndarray], skip_ids: Iterable[int]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -66,38 +59,42 @@ def lexical_weights_batch(
     """
     if len(token_ids) != len(weights):
         raise ValueError(f"{len(token_ids)} id sequences but {len(weights)} weight sequences")
-    for ids, w in zip(token_ids, weights):
-        if np.shape(ids) != np.shape(w) or np.ndim(ids) != 1:
-            raise ValueError(
-                f"token_ids {np.shape(ids)} and weights {np.shape(w)} must be equal 1-D shapes"
-            )
     n_seq = len(token_ids)
     if n_seq == 0:
         return []
-    lengths = np.fromiter((len(ids) for ids in token_ids), dtype=np.int64, count=n_seq)
-    ids = np.concatenate([np.asarray(x) for x in token_ids]).astype(np.int32, copy=False)
-    w = np.concatenate([np.asarray(x) for x in weights])
+    lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=n_seq)
+    if not np.array_equal(lengths, np.fromiter(map(len, weights), dtype=np.int64, count=n_seq)):
+        raise ValueError("each sequence needs as many weights as token ids")
+    ids = np.concatenate(token_ids).astype(np.int32, copy=False)
+    w = np.concatenate(weights)
+    if ids.ndim != 1 or w.ndim != 1:
+        raise ValueError("token_ids and weights must be sequences of 1-D arrays")
+    seq = np.repeat(np.arange(n_seq, dtype=np.int32), lengths)
 
     keep = w > 0
     skip = np.fromiter(skip_ids, dtype=np.int32)
     if skip.size:
         keep &= ~np.isin(ids, skip)
     where = np.flatnonzero(keep)
-    ids_k, w_k = ids[where], w[where]
-    seq_k = np.searchsorted(np.cumsum(lengths), where, side="right").astype(np.int32)
+    ids_k, w_k, seq_k = ids[where], w[where], seq[where]
     n = ids_k.size
 
-    # Group equal (sequence, id) pairs with two stable sorts, by id then by
-    # sequence. Ids are first renumbered densely so that both sort keys
-    # usually fit 16 bits, where numpy's stable sort is a linear radix sort.
-    # Stability keeps each group in position order: its first member is the
-    # id's first kept occurrence in that sequence.
-    present = np.zeros(int(ids_k.max()) + 1 if n else 1, dtype=bool)
-    present[ids_k] = True
-    dense_id = (np.cumsum(present) - 1)[ids_k]
-    order = np.argsort(_narrow(dense_id), kind="stable")
-    order = order[np.argsort(_narrow(seq_k[order]), kind="stable")]
-    grouped = dense_id[order] + seq_k[order] * (int(dense_id.max()) + 1 if n else 1)
+    # Group equal (sequence, id) pairs with two stable 16-bit sorts (numpy
+    # sorts 16-bit keys stably with a linear radix sort): by the id's low 16
+    # bits, then by (sequence, the id's high bits). Stability keeps each group
+    # in position order, so its first member is the id's first kept
+    # occurrence in that sequence.
+    high_bits = max(int(ids_k.max()) >> 16, 0).bit_length() if n else 0
+    if n_seq << high_bits > 0xFFFF:
+        # Too many sequences for one 16-bit key: split the batch.
+        half = n_seq // 2
+        return lexical_weights_batch(
+            token_ids[:half], weights[:half], skip
+        ) + lexical_weights_batch(token_ids[half:], weights[half:], skip)
+    order = np.argsort((ids_k & 0xFFFF).astype(np.uint16), kind="stable")
+    major = (seq_k << high_bits) | (ids_k >> 16)
+    order = order[np.argsort(major[order].astype(np.uint16), kind="stable")]
+    grouped = (major[order].astype(np.int64) << 16) | (ids_k[order] & 0xFFFF)
     starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if n else order
     best = np.maximum.reduceat(w_k[order], starts) if n else w_k
     first = order[starts]  # the position of each group's first member
