@@ -7,7 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bge_m3_sparse_plugin.sparse import lexical_weights, lexical_weights_batch, token_weight_span
+from bge_m3_sparse_plugin.sparse import (
+    lexical_weights,
+    lexical_weights_batch,
+    split_pooled_outputs,
+)
 
 from .reference import reference_lexical_weights
 
@@ -95,24 +99,27 @@ def test_equals_reference_on_random_input(pairs):
     assert_same(ids, weights)
 
 
-@pytest.mark.parametrize(
-    "ids,n,expected",
-    [
-        ([0, 5, 6, 2], 2, slice(1, 3)),  # <s> ... </s>
-        ([5, 6, 2], 2, slice(0, 2)),  # no BOS
-        ([0, 5, 6], 2, slice(1, 3)),  # no EOS
-        ([5, 6], 2, slice(0, 2)),
-        ([0, 2], 0, slice(1, 1)),  # empty text
-        ([0, 2, 5, 0, 2], 3, slice(1, 4)),  # literal specials inside stay
-    ],
-)
-def test_token_weight_span(ids, n, expected):
-    assert token_weight_span(np.array(ids), n, bos_token_id=0, eos_token_id=2) == expected
+def test_split_pooled_outputs_lines_weights_up_with_ids():
+    # Three sequences: <s> a b </s> with dense 2; a literal </s> inside and no
+    # final EOS; only <s> </s> (an empty text). Dense values are 9s.
+    token_ids = np.array([0, 5, 6, 2, 0, 7, 2, 8, 0, 2])
+    token_lengths = np.array([4, 4, 2])
+    values = np.array([9, 9, 0.5, 0.6, 9, 9, 0.7, 0.1, 0.8, 9, 9], dtype=np.float32)
+    value_lengths = np.array([4, 5, 2])
+    ids, weights, n_weights, dense_starts = split_pooled_outputs(
+        token_ids, token_lengths, values, value_lengths, 2, bos_token_id=0, eos_token_id=2
+    )
+    assert ids.tolist() == [5, 6, 7, 2, 8]
+    assert weights.tolist() == pytest.approx([0.5, 0.6, 0.7, 0.1, 0.8])
+    assert n_weights.tolist() == [2, 3, 0]
+    assert dense_starts.tolist() == [0, 4, 9]
 
 
-def test_token_weight_span_rejects_a_length_mismatch():
-    with pytest.raises(ValueError, match="3 token weights for a sequence of 4 tokens"):
-        token_weight_span(np.array([0, 5, 6, 2]), 3, bos_token_id=0, eos_token_id=2)
+def test_split_pooled_outputs_rejects_a_length_mismatch():
+    with pytest.raises(ValueError, match="3 token weights for a sequence of 4 tokens; expected 2"):
+        split_pooled_outputs(
+            np.array([0, 5, 6, 2]), np.array([4]), np.zeros(3, np.float32), np.array([3]), 0, 0, 2
+        )
 
 
 @settings(max_examples=150, deadline=None)

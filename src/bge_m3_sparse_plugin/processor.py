@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from .schemas import (
     SparseToken,
     describe_validation_error,
 )
-from .sparse import lexical_weights_batch, token_weight_span
+from .sparse import lexical_weights_flat, split_pooled_outputs
 from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -240,40 +240,53 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
     def _items(
         self, outputs: Sequence[PoolingRequestOutput], options: _Options
     ) -> list[SparseEmbeddingItem]:
-        values = [_as_float32(out.outputs.data) for out in outputs]
+        # The whole request at once: concatenated arrays, no per-token work
+        # in Python but the entries of the response themselves.
+        token_lists = [out.prompt_token_ids for out in outputs]
+        token_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(outputs))
+        token_ids = np.fromiter(
+            chain.from_iterable(token_lists), dtype=np.int64, count=int(token_lengths.sum())
+        )
+        pooled = [out.outputs.data for out in outputs]
+        value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=len(outputs))
+        values = _as_float32(pooled)
         dense_size = self.hidden_size if self.pooling_task in _GIVES_DENSE else 0
+        if self.pooling_task in _GIVES_SPARSE:
+            ids, weights, n_weights, dense_starts = split_pooled_outputs(
+                token_ids, token_lengths, values, value_lengths, dense_size,
+                self.bos_token_id, self.eos_token_id,
+            )
+        else:  # only dense; _check_task refused return_sparse
+            dense_starts = np.cumsum(value_lengths) - value_lengths
+
         sparse: list[list[SparseToken] | None] = [None] * len(outputs)
         if options.return_sparse:
-            ids, weights = [], []
-            for out, vals in zip(outputs, values):
-                token_ids = np.asarray(out.prompt_token_ids)
-                w = vals[dense_size:]
-                span = token_weight_span(token_ids, len(w), self.bos_token_id, self.eos_token_id)
-                ids.append(token_ids[span])
-                weights.append(w)
-            for i, (kept_ids, kept_w) in enumerate(
-                lexical_weights_batch(ids, weights, self.skip_ids)
-            ):
-                id_list = kept_ids.tolist()
-                tokens = self.decoder.decode(id_list) if options.return_tokens else repeat(None)
+            kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
+            id_list, w_list = kept_ids.tolist(), kept_w.tolist()
+            tokens = self.decoder.decode(id_list) if options.return_tokens else None
+            for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
                 # Plain dicts, built without per-entry validation: these are
                 # the plugin's own values, and a response can hold millions.
                 sparse[i] = [
                     {"token_id": t, "weight": w, "token": s}
-                    for t, w, s in zip(id_list, kept_w.tolist(), tokens)
+                    for t, w, s in zip(
+                        id_list[a:b], w_list[a:b], tokens[a:b] if tokens else repeat(None)
+                    )
                 ]
+        dense: list[list[float] | None] = [None] * len(outputs)
+        if options.return_dense:
+            for i, start in enumerate(dense_starts.tolist()):
+                dense[i] = values[start : start + dense_size].tolist()
         return [
             SparseEmbeddingItem.model_construct(
-                index=i,
-                object="sparse-embedding",
-                sparse_embedding=sparse[i],
-                dense_embedding=vals[:dense_size].tolist() if options.return_dense else None,
+                index=i, object="sparse-embedding", sparse_embedding=sparse[i], dense_embedding=dense[i]
             )
-            for i, vals in enumerate(values)
+            for i in range(len(outputs))
         ]
 
 
-def _as_float32(data: Any) -> np.ndarray:
-    if isinstance(data, torch.Tensor):
-        data = data.detach().to("cpu", torch.float32).numpy()
-    return np.asarray(data, dtype=np.float32).reshape(-1)
+def _as_float32(pooled: list[Any]) -> np.ndarray:
+    """The outputs' data, concatenated, as one float32 array."""
+    if all(isinstance(p, torch.Tensor) for p in pooled):
+        return torch.cat([p.reshape(-1) for p in pooled]).to("cpu", torch.float32).numpy()
+    return np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in pooled])

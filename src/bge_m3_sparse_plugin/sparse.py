@@ -14,26 +14,12 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["token_weight_span", "lexical_weights", "lexical_weights_batch"]
-
-
-def token_weight_span(
-    token_ids: np.ndarray, num_weights: int, bos_token_id: int, eos_token_id: int
-) -> slice:
-    """The positions of ``token_ids`` that vLLM's pooler gave weights for.
-
-    vLLM's ``BOSEOSFilter`` drops the first position when it holds BOS and the
-    last when it holds EOS, so the weights line up with the ids between them.
-    """
-    n = len(token_ids)
-    start = 1 if n and int(token_ids[0]) == bos_token_id else 0
-    stop = n - 1 if n > start and int(token_ids[-1]) == eos_token_id else n
-    if stop - start != num_weights:
-        raise ValueError(
-            f"the engine returned {num_weights} token weights for a sequence of "
-            f"{n} tokens; expected {stop - start} (BOS/EOS removed)"
-        )
-    return slice(start, stop)
+__all__ = [
+    "lexical_weights",
+    "lexical_weights_batch",
+    "lexical_weights_flat",
+    "split_pooled_outputs",
+]
 
 
 def lexical_weights(
@@ -52,11 +38,7 @@ def lexical_weights(
 def lexical_weights_batch(
     token_ids: Sequence[np.ndarray], weights: Sequence[np.ndarray], skip_ids: Iterable[int]
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`lexical_weights` of many sequences, computed in one pass.
-
-    All sequences are concatenated and keyed by (sequence, id), so the cost is
-    a handful of numpy calls for the whole batch rather than per sequence.
-    """
+    """:func:`lexical_weights` of many sequences, computed in one pass."""
     if len(token_ids) != len(weights):
         raise ValueError(f"{len(token_ids)} id sequences but {len(weights)} weight sequences")
     n_seq = len(token_ids)
@@ -65,10 +47,27 @@ def lexical_weights_batch(
     lengths = np.fromiter(map(len, token_ids), dtype=np.int64, count=n_seq)
     if not np.array_equal(lengths, np.fromiter(map(len, weights), dtype=np.int64, count=n_seq)):
         raise ValueError("each sequence needs as many weights as token ids")
-    ids = np.concatenate(token_ids).astype(np.int32, copy=False)
-    w = np.concatenate(weights)
+    ids, w = np.concatenate(token_ids), np.concatenate(weights)
     if ids.ndim != 1 or w.ndim != 1:
         raise ValueError("token_ids and weights must be sequences of 1-D arrays")
+    out_ids, out_w, bounds = lexical_weights_flat(ids, w, lengths, skip_ids)
+    return [(out_ids[a:b], out_w[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def lexical_weights_flat(
+    ids: np.ndarray, weights: np.ndarray, lengths: np.ndarray, skip_ids: Iterable[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The batch computation on concatenated sequences.
+
+    ``ids`` and ``weights`` hold the sequences one after another, ``lengths``
+    their lengths. Returns the kept ids and weights, concatenated in the same
+    way, and ``bounds``: sequence ``i``'s entries are ``[bounds[i]:bounds[i+1]]``.
+    All of it is a handful of numpy calls for the whole batch, none per token
+    or per sequence.
+    """
+    n_seq = len(lengths)
+    ids = np.asarray(ids).astype(np.int32, copy=False)
+    w = np.asarray(weights)
     seq = np.repeat(np.arange(n_seq, dtype=np.int32), lengths)
 
     keep = w > 0
@@ -78,25 +77,29 @@ def lexical_weights_batch(
     where = np.flatnonzero(keep)
     ids_k, w_k, seq_k = ids[where], w[where], seq[where]
     n = ids_k.size
+    if n == 0:
+        return ids_k, w_k, np.zeros(n_seq + 1, dtype=np.int64)
 
     # Group equal (sequence, id) pairs with two stable 16-bit sorts (numpy
     # sorts 16-bit keys stably with a linear radix sort): by the id's low 16
     # bits, then by (sequence, the id's high bits). Stability keeps each group
     # in position order, so its first member is the id's first kept
     # occurrence in that sequence.
-    high_bits = max(int(ids_k.max()) >> 16, 0).bit_length() if n else 0
-    if n_seq << high_bits > 0xFFFF:
-        # Too many sequences for one 16-bit key: split the batch.
+    high_bits = (int(ids_k.max()) >> 16).bit_length()
+    if (n_seq - 1) << high_bits > 0xFFFF:
+        # Too many sequences for one 16-bit key: split the batch in two.
         half = n_seq // 2
-        return lexical_weights_batch(
-            token_ids[:half], weights[:half], skip
-        ) + lexical_weights_batch(token_ids[half:], weights[half:], skip)
+        cut = int(lengths[:half].sum())
+        a_ids, a_w, a_b = lexical_weights_flat(ids[:cut], w[:cut], lengths[:half], skip)
+        b_ids, b_w, b_b = lexical_weights_flat(ids[cut:], w[cut:], lengths[half:], skip)
+        bounds = np.concatenate([a_b, b_b[1:] + a_b[-1]])
+        return np.concatenate([a_ids, b_ids]), np.concatenate([a_w, b_w]), bounds
     order = np.argsort((ids_k & 0xFFFF).astype(np.uint16), kind="stable")
     major = (seq_k << high_bits) | (ids_k >> 16)
     order = order[np.argsort(major[order].astype(np.uint16), kind="stable")]
     grouped = (major[order].astype(np.int64) << 16) | (ids_k[order] & 0xFFFF)
-    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if n else order
-    best = np.maximum.reduceat(w_k[order], starts) if n else w_k
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    best = np.maximum.reduceat(w_k[order], starts)
     first = order[starts]  # the position of each group's first member
 
     # Back to position order without another sort: mark the first members.
@@ -104,9 +107,48 @@ def lexical_weights_batch(
     is_first[first] = True
     best_at = np.empty_like(w_k)
     best_at[first] = best
-    out_ids, out_w, out_seq = ids_k[is_first], best_at[is_first], seq_k[is_first]
+    out_seq = seq_k[is_first]
     bounds = np.searchsorted(out_seq, np.arange(n_seq + 1))
-    return [
-        (out_ids[bounds[i] : bounds[i + 1]], out_w[bounds[i] : bounds[i + 1]])
-        for i in range(n_seq)
-    ]
+    return ids_k[is_first], best_at[is_first], bounds
+
+
+def split_pooled_outputs(
+    token_ids: np.ndarray,
+    token_lengths: np.ndarray,
+    values: np.ndarray,
+    value_lengths: np.ndarray,
+    dense_size: int,
+    bos_token_id: int,
+    eos_token_id: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Line up vLLM's pooled outputs with their token ids, for a whole batch.
+
+    Each sequence's output is ``dense_size`` dense values, then one weight per
+    token but the first when it is BOS and the last when it is EOS (vLLM's
+    ``BOSEOSFilter``). Takes the concatenated ids and outputs with their
+    lengths; returns the ids that have weights, the weights, each sequence's
+    weight count, and where each sequence's dense part starts in ``values``.
+    """
+    tok_end = np.cumsum(token_lengths)
+    tok_start = tok_end - token_lengths
+    val_end = np.cumsum(value_lengths)
+    val_start = val_end - value_lengths
+    has_bos = token_ids[tok_start] == bos_token_id
+    has_eos = (token_ids[tok_end - 1] == eos_token_id) & (token_lengths > has_bos)
+    n_weights = value_lengths - dense_size
+    expected = token_lengths - has_bos - has_eos
+    bad = np.flatnonzero(n_weights != expected)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"the engine returned {int(n_weights[i])} token weights for a sequence of "
+            f"{int(token_lengths[i])} tokens; expected {int(expected[i])} (BOS/EOS removed)"
+        )
+    id_mask = np.ones(token_ids.size, dtype=bool)
+    id_mask[tok_start[has_bos]] = False
+    id_mask[tok_end[has_eos] - 1] = False
+    value_mask = np.ones(values.size, dtype=bool)
+    if dense_size:
+        offsets = np.arange(values.size) - np.repeat(val_start, value_lengths)
+        value_mask &= offsets >= dense_size
+    return token_ids[id_mask], values[value_mask], n_weights, val_start

@@ -32,8 +32,9 @@ class TokenDecoder:
 
     def decode(self, token_ids: Sequence[int]) -> list[str]:
         cache = self._cache
-        missing = [i for i in dict.fromkeys(token_ids) if i not in cache]
-        if missing:
-            texts = self._tokenizer.batch_decode([[i] for i in missing])
-            cache.update(zip(missing, texts))
-        return [cache[i] for i in token_ids]
+        try:
+            return list(map(cache.__getitem__, token_ids))
+        except KeyError:
+            missing = [i for i in dict.fromkeys(token_ids) if i not in cache]
+            cache.update(zip(missing, self._tokenizer.batch_decode([[i] for i in missing])))
+            return list(map(cache.__getitem__, token_ids))
