@@ -13,7 +13,10 @@ echo "== building the small random BGE-M3-shaped model in $MODEL_DIR"
 "$PY" -m bge_m3_sparse_plugin.tiny_model "$MODEL_DIR"
 
 echo "== offline: examples/offline.py"
-VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
+# Offline, vLLM may compute on every core (benchmarks/RESULTS.md, section 3).
+cores=$(nproc)
+VLLM_CPU_OMP_THREADS_BIND="0-$((cores - 1))" VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS="$cores" \
+  VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
 
 echo "== online: starting the server on port $PORT (log: models/server.log)"
 # vllm-cpu's `vllm` command cannot find its own metadata; run the module.

@@ -85,6 +85,7 @@ class TinyModelSpec:
     max_position_embeddings: int = 1026  # XLM-R offsets positions by pad+1: 1024 tokens
     seed: int = 0
     target_positive_share: float = 0.5
+    vocab_size: int | None = None  # pad the embedding table past the tokenizer (bge-m3: 250002)
 
 
 def _vocab() -> list[tuple[str, float]]:
@@ -134,7 +135,7 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
     tokenizer = build_tokenizer()
     tokenizer.model_max_length = spec.max_position_embeddings - 2
     tokenizer.save_pretrained(out)
-    vocab_size = len(tokenizer)
+    vocab_size = max(len(tokenizer), spec.vocab_size or 0)
 
     config = XLMRobertaConfig(
         vocab_size=vocab_size,
