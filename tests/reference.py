@@ -14,3 +14,17 @@ def reference_lexical_weights(token_weights, input_ids, unused_tokens) -> dict[i
             if w > result[idx]:
                 result[idx] = w
     return {int(k): float(v) for k, v in result.items()}
+
+
+def reference_prune(
+    entries: list[tuple[int, float]], top_k: int | None, min_weight: float | None
+) -> list[tuple[int, float]]:
+    """``top_k`` and ``min_weight`` as the README states them, one entry at a time."""
+    kept = [
+        (pos, token, w) for pos, (token, w) in enumerate(entries)
+        if min_weight is None or w >= min_weight
+    ]
+    if top_k is not None:
+        largest = sorted(kept, key=lambda e: (-e[2], e[0]))[:top_k]  # ties: the earlier entry
+        kept = sorted(largest)  # back in their order
+    return [(token, w) for _, token, w in kept]

@@ -29,7 +29,15 @@ def test_accepted_input_shapes(data, inputs):
 
 def test_defaults_follow_flagembedding():
     req = SparseEmbeddingRequest.model_validate({"input": "a"})
-    assert (req.return_sparse, req.return_dense, req.return_tokens) == (True, False, False)
+    assert (req.return_sparse, req.return_dense, req.return_colbert_vecs, req.return_tokens) == (
+        True, False, False, False,
+    )
+    assert (req.sparse_format, req.top_k, req.min_weight) == ("token_weights", None, None)
+
+
+def test_pruning_options_accepted():
+    req = SparseEmbeddingRequest.model_validate({"input": "a", "top_k": 3, "min_weight": 0})
+    assert (req.top_k, req.min_weight) == (3, 0.0)
 
 
 SHAPES = (
@@ -51,6 +59,23 @@ SHAPES = (
         ({}, "data.input: field required", "data.input"),
         ({"input": "a", "top": 1}, "data.top: Extra inputs are not permitted, got 1", "data.top"),
         ({"input": "a", "return_tokens": 1}, "data.return_tokens: Input should be a valid boolean, got 1", "data.return_tokens"),
+        ({"input": "a", "sparse_format": "csr"},
+         "data.sparse_format: Input should be 'token_weights', 'lexical_weights' or 'indices_values', got 'csr'",
+         "data.sparse_format"),
+        ({"input": "a", "top_k": 0}, "data.top_k: Input should be greater than or equal to 1, got 0", "data.top_k"),
+        ({"input": "a", "top_k": 2.5}, "data.top_k: Input should be a valid integer, got 2.5", "data.top_k"),
+        ({"input": "a", "top_k": "3"}, "data.top_k: Input should be a valid integer, got '3'", "data.top_k"),
+        ({"input": "a", "min_weight": -0.5},
+         "data.min_weight: Input should be greater than or equal to 0, got -0.5", "data.min_weight"),
+        ({"input": "a", "min_weight": float("inf")},
+         "data.min_weight: Input should be a finite number, got inf", "data.min_weight"),
+        ({"input": "a", "min_weight": "0.1"}, "data.min_weight: Input should be a valid number, got '0.1'",
+         "data.min_weight"),
+        ({"input": "a", "return_colbert_vecs": "yes"},
+         "data.return_colbert_vecs: Input should be a valid boolean, got 'yes'", "data.return_colbert_vecs"),
+        ({"input": "a", "return_tokens": True, "sparse_format": "lexical_weights"},
+         "data.return_tokens is true, but only sparse_format 'token_weights' has token strings; "
+         "data.sparse_format is 'lexical_weights'", "data.return_tokens"),
     ],
 )
 def test_errors_name_the_field(data, message, field):
@@ -71,3 +96,19 @@ def test_item_leaves_out_what_was_not_asked_for():
     dense_only = SparseEmbeddingItem(index=1, dense_embedding=[0.6, 0.8])
     assert dense_only.model_dump() == {"index": 1, "object": "sparse-embedding", "dense_embedding": [0.6, 0.8]}
     assert SparseEmbeddingItem(index=2, sparse_embedding=[]).model_dump()["sparse_embedding"] == []
+
+
+@pytest.mark.parametrize(
+    "sparse",
+    [
+        [{"token_id": 5, "weight": 0.5, "token": "x"}],
+        {"indices": [5, 9], "values": [0.5, 0.25]},
+        {"5": 0.5, "9": 0.25},
+        {},
+        [],
+    ],
+    ids=["token_weights", "indices_values", "lexical_weights", "empty dict", "empty list"],
+)
+def test_each_sparse_format_round_trips_through_the_item_model(sparse):
+    item = {"index": 0, "object": "sparse-embedding", "sparse_embedding": sparse, "colbert_vecs": [[1.0, 0.0]]}
+    assert SparseEmbeddingItem.model_validate(item).model_dump() == item

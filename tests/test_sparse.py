@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from bge_m3_sparse_plugin.sparse import (
     lexical_weights,
     lexical_weights_batch,
+    prune_flat,
     split_pooled_outputs,
 )
 
-from .reference import reference_lexical_weights
+from .reference import reference_lexical_weights, reference_prune
 
 SKIP = frozenset({0, 1, 2, 3})  # <s>, <pad>, </s>, <unk>
 
@@ -147,3 +148,66 @@ def test_batch_equals_reference_per_sequence(sequences):
 
 def test_batch_of_nothing():
     assert lexical_weights_batch([], [], SKIP) == []
+
+
+def prune(sequences, top_k, min_weight):
+    """prune_flat on concatenated (id, weight) sequences, split back per sequence."""
+    lengths = [len(s) for s in sequences]
+    weights = np.array([w for s in sequences for _, w in s], dtype=np.float32)
+    ids = [t for s in sequences for t, _ in s]
+    bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    keep = prune_flat(weights, bounds, top_k, min_weight)
+    out, pos = [], 0
+    for n in lengths:
+        out.append([(ids[i], float(weights[i])) for i in range(pos, pos + n) if keep[i]])
+        pos += n
+    return out
+
+
+def test_top_k_keeps_the_largest_in_their_order_ties_to_the_earlier():
+    seq = [(5, 0.25), (6, 0.75), (7, 0.5), (8, 0.75), (9, 0.5)]
+    assert prune([seq], 3, None) == [[(6, 0.75), (7, 0.5), (8, 0.75)]]
+    assert prune([seq], 1, None) == [[(6, 0.75)]]
+    assert prune([seq], 10, None) == [seq]
+
+
+def test_min_weight_keeps_weights_at_or_above_it():
+    seq = [(5, 0.25), (6, 0.75), (7, 0.5)]
+    assert prune([seq], None, 0.5) == [[(6, 0.75), (7, 0.5)]]
+    assert prune([seq], None, 0.8) == [[]]
+
+
+def test_pruning_is_per_sequence():
+    a = [(5, 0.25), (6, 0.75)]
+    b = [(7, 0.5), (8, 0.125), (9, 1.0)]
+    assert prune([a, [], b], 1, 0.3) == [[(6, 0.75)], [], [(9, 1.0)]]
+
+
+def test_min_weight_compares_the_reported_value():
+    # 0.1 is not a float32; the weight reported for float32(0.1) is just above it.
+    w = float(np.float32(0.1))
+    assert prune([[(5, w)]], None, 0.1) == [[(5, w)]]
+    assert prune([[(5, w)]], None, w) == [[(5, w)]]
+    assert prune([[(5, w)]], None, np.nextafter(w, 1.0)) == [[]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(min_value=4, max_value=50),
+                st.sampled_from([0.125, 0.25, 0.5, 1.0])
+                | st.floats(min_value=2**-20, max_value=3, allow_nan=False, width=32),
+            ),
+            max_size=25,
+        ),
+        max_size=5,
+    ),
+    st.none() | st.integers(min_value=1, max_value=30),
+    st.none() | st.floats(min_value=0, max_value=3, allow_nan=False),
+)
+def test_prune_equals_reference_on_random_input(sequences, top_k, min_weight):
+    sequences = [[(t, float(np.float32(w))) for t, w in s] for s in sequences]
+    want = [reference_prune(s, top_k, min_weight) for s in sequences]
+    assert prune(sequences, top_k, min_weight) == want

@@ -6,7 +6,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -20,16 +20,17 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
+from .formats import SparseFormat, format_sparse
 from .pending import PendingRequests
 from .schemas import (
+    SparseEmbedding,
     SparseEmbeddingItem,
     SparseEmbeddingRequest,
     SparseEmbeddingResponse,
     SparseEmbeddingUsage,
-    SparseToken,
     describe_validation_error,
 )
-from .sparse import lexical_weights_flat, split_pooled_outputs
+from .sparse import lexical_weights_flat, prune_flat, split_pooled_outputs
 from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -45,7 +46,9 @@ DEFAULT_MAX_PENDING = 65536
 # What each pooling task of BgeM3EmbeddingModel puts into an output's data.
 _GIVES_SPARSE = {"embed&token_classify", "token_classify"}
 _GIVES_DENSE = {"embed&token_classify", "embed"}
+_GIVES_COLBERT = {"token_embed"}
 _DEFAULT_TASK = "embed&token_classify"
+_COLBERT_SERVER = """--pooler-config '{"task": "token_embed"}'"""
 
 
 def _env_int(name: str, default: int) -> int:
@@ -87,6 +90,10 @@ class _Options:
     return_tokens: bool
     return_sparse: bool
     return_dense: bool
+    return_colbert_vecs: bool
+    sparse_format: SparseFormat
+    top_k: int | None
+    min_weight: float | None
     single: bool  # the input was one text or one id list: errors say data.input
 
 
@@ -183,16 +190,34 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 prompts.append({"prompt_token_ids": list(item)})
         self.pending.put(
             request_id,
-            _Options(prompt.return_tokens, prompt.return_sparse, prompt.return_dense, single),
+            _Options(
+                return_tokens=prompt.return_tokens,
+                return_sparse=prompt.return_sparse,
+                return_dense=prompt.return_dense,
+                return_colbert_vecs=prompt.return_colbert_vecs,
+                sparse_format=prompt.sparse_format,
+                top_k=prompt.top_k,
+                min_weight=prompt.min_weight,
+                single=single,
+            ),
         )
         return prompts
 
     def _check_task(self, request: SparseEmbeddingRequest) -> None:
-        if not (request.return_sparse or request.return_dense):
+        if not (request.return_sparse or request.return_dense or request.return_colbert_vecs):
             raise VLLMValidationError(
-                "data.return_sparse and data.return_dense are both false; "
-                "ask for at least one",
+                "data.return_sparse, data.return_dense and data.return_colbert_vecs are "
+                "all false; ask for at least one",
                 parameter="data.return_sparse",
+            )
+        if request.return_colbert_vecs and self.pooling_task not in _GIVES_COLBERT:
+            raise VLLMValidationError(
+                f"data.return_colbert_vecs is true, but this server runs the "
+                f"{self.pooling_task!r} pooling task, which does not give ColBERT vectors. "
+                f"vLLM serves one pooling task per server: start one with {_COLBERT_SERVER} "
+                "for ColBERT vectors (and send it data.return_sparse=false), and keep this "
+                "one for sparse and dense",
+                parameter="data.return_colbert_vecs",
             )
         for flag, wanted, giving in (
             ("return_sparse", request.return_sparse, _GIVES_SPARSE),
@@ -240,6 +265,33 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
     def _items(
         self, outputs: Sequence[PoolingRequestOutput], options: _Options
     ) -> list[SparseEmbeddingItem]:
+        n = len(outputs)
+        sparse: list[SparseEmbedding | None] = [None] * n
+        dense: list[list[float] | None] = [None] * n
+        colbert: list[list[list[float]] | None] = [None] * n
+        if self.pooling_task in _GIVES_COLBERT:
+            # _check_task let through only return_colbert_vecs here.
+            colbert = [_as_rows(out.outputs.data) for out in outputs]
+        else:
+            self._sparse_and_dense(outputs, options, sparse, dense)
+        return [
+            SparseEmbeddingItem.model_construct(
+                index=i,
+                object="sparse-embedding",
+                sparse_embedding=sparse[i],
+                dense_embedding=dense[i],
+                colbert_vecs=colbert[i],
+            )
+            for i in range(n)
+        ]
+
+    def _sparse_and_dense(
+        self,
+        outputs: Sequence[PoolingRequestOutput],
+        options: _Options,
+        sparse: list[SparseEmbedding | None],
+        dense: list[list[float] | None],
+    ) -> None:
         # The whole request at once: concatenated arrays, no per-token work
         # in Python but the entries of the response themselves.
         token_lists = [out.prompt_token_ids for out in outputs]
@@ -259,30 +311,32 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         else:  # only dense; _check_task refused return_sparse
             dense_starts = np.cumsum(value_lengths) - value_lengths
 
-        sparse: list[list[SparseToken] | None] = [None] * len(outputs)
         if options.return_sparse:
             kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
+            if options.top_k is not None or options.min_weight is not None:
+                mask = prune_flat(kept_w, bounds, options.top_k, options.min_weight)
+                kept_ids, kept_w = kept_ids[mask], kept_w[mask]
+                bounds = np.concatenate([[0], np.cumsum(mask)])[bounds]
             id_list, w_list = kept_ids.tolist(), kept_w.tolist()
             tokens = self.decoder.decode(id_list) if options.return_tokens else None
             for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-                # Plain dicts, built without per-entry validation: these are
-                # the plugin's own values, and a response can hold millions.
-                sparse[i] = [
-                    {"token_id": t, "weight": w, "token": s}
-                    for t, w, s in zip(
-                        id_list[a:b], w_list[a:b], tokens[a:b] if tokens else repeat(None)
-                    )
-                ]
-        dense: list[list[float] | None] = [None] * len(outputs)
+                # Plain lists and dicts, built without per-entry validation:
+                # these are the plugin's own values, and a response can hold
+                # millions.
+                sparse[i] = format_sparse(
+                    id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None,
+                    options.sparse_format,
+                )
         if options.return_dense:
             for i, start in enumerate(dense_starts.tolist()):
                 dense[i] = values[start : start + dense_size].tolist()
-        return [
-            SparseEmbeddingItem.model_construct(
-                index=i, object="sparse-embedding", sparse_embedding=sparse[i], dense_embedding=dense[i]
-            )
-            for i in range(len(outputs))
-        ]
+
+
+def _as_rows(data: Any) -> list[list[float]]:
+    """One output's token vectors as float32 values in nested lists."""
+    if isinstance(data, torch.Tensor):
+        return data.to("cpu", torch.float32).tolist()
+    return np.asarray(data, dtype=np.float32).tolist()
 
 
 def _as_float32(pooled: list[Any]) -> np.ndarray:

@@ -14,12 +14,17 @@ from pydantic import (
     Field,
     StrictBool,
     model_serializer,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
+
+from .formats import SparseFormat
 
 __all__ = [
     "SparseEmbeddingRequest",
     "SparseToken",
+    "IndicesValues",
+    "SparseEmbedding",
     "SparseEmbeddingItem",
     "SparseEmbeddingUsage",
     "SparseEmbeddingResponse",
@@ -115,6 +120,39 @@ class SparseEmbeddingRequest(BaseModel):
     return_dense: StrictBool = Field(
         default=False, description="Return the normalised dense (CLS) embedding too."
     )
+    return_colbert_vecs: StrictBool = Field(
+        default=False,
+        description=(
+            "Return the ColBERT multi-vectors (one normalised vector per token but "
+            "the first, as FlagEmbedding). Needs a server running the token_embed "
+            "pooling task."
+        ),
+    )
+    sparse_format: SparseFormat = Field(
+        default="token_weights",
+        description=(
+            "token_weights: [{token_id, weight, token}]; lexical_weights: FlagEmbedding's "
+            '{"<token_id>": weight}; indices_values: {indices, values}.'
+        ),
+    )
+    top_k: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+        default=None,
+        description="Keep only the k largest weights (ties: the earlier entry), in their order.",
+    )
+    min_weight: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="Drop entries whose weight is below this."
+    )
+
+    @model_validator(mode="after")
+    def _tokens_need_token_weights(self) -> SparseEmbeddingRequest:
+        if self.return_tokens and self.sparse_format != "token_weights":
+            raise PydanticCustomError(
+                "input_combination",
+                "data.return_tokens is true, but only sparse_format 'token_weights' has "
+                "token strings; data.sparse_format is {fmt}",
+                {"fmt": repr(self.sparse_format), "field": "data.return_tokens"},
+            )
+        return self
 
     def inputs(self) -> list[str] | list[list[int]]:
         """The input as a list of texts or a list of token-id sequences."""
@@ -133,18 +171,31 @@ class SparseToken(TypedDict):
     token: str | None
 
 
+class IndicesValues(TypedDict):
+    """``sparse_format="indices_values"``: parallel lists, as vector databases take them."""
+
+    indices: list[int]
+    values: list[float]
+
+
+# In the order pydantic tries them: a {"indices", "values"} object is never
+# taken for a lexical_weights dict, whose keys are token ids.
+SparseEmbedding = list[SparseToken] | IndicesValues | dict[str, float]
+
+
 class SparseEmbeddingItem(BaseModel):
     index: int
     object: Literal["sparse-embedding"] = "sparse-embedding"
-    sparse_embedding: list[SparseToken] | None = None
+    sparse_embedding: SparseEmbedding | None = None
     dense_embedding: list[float] | None = None
+    colbert_vecs: list[list[float]] | None = None
 
     @model_serializer(mode="wrap")
     def _drop_unrequested(self, handler: Any) -> dict[str, Any]:
-        # `sparse_embedding` and `dense_embedding` appear only when asked for;
-        # `token` inside an entry stays (null), as in the upstream response.
+        # The embeddings appear only when asked for; `token` inside an entry
+        # stays (null), as in the upstream response.
         out = handler(self)
-        for key in ("sparse_embedding", "dense_embedding"):
+        for key in ("sparse_embedding", "dense_embedding", "colbert_vecs"):
             if out.get(key) is None:
                 out.pop(key, None)
         return out
@@ -170,7 +221,7 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
         path = "data" + "".join(
             f"[{part}]" if isinstance(part, int) else f".{part}" for part in err["loc"]
         )
-        fields.append(path)
+        fields.append(err.get("ctx", {}).get("field", path))
         if err["type"].startswith("input_"):
             problems.append(err["msg"])  # our own messages name the element already
         elif err["type"] == "missing":

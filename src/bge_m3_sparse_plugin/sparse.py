@@ -18,6 +18,7 @@ __all__ = [
     "lexical_weights",
     "lexical_weights_batch",
     "lexical_weights_flat",
+    "prune_flat",
     "split_pooled_outputs",
 ]
 
@@ -110,6 +111,40 @@ def lexical_weights_flat(
     out_seq = seq_k[is_first]
     bounds = np.searchsorted(out_seq, np.arange(n_seq + 1))
     return ids_k[is_first], best_at[is_first], bounds
+
+
+def prune_flat(
+    weights: np.ndarray,
+    bounds: np.ndarray,
+    top_k: int | None = None,
+    min_weight: float | None = None,
+) -> np.ndarray:
+    """Which entries of concatenated lexical weights survive the pruning options.
+
+    ``weights`` and ``bounds`` are as :func:`lexical_weights_flat` returns
+    them. An entry is kept when its weight is at least ``min_weight`` and it
+    is among its sequence's ``top_k`` largest, ties going to the entry that
+    comes first. Returns a boolean mask over the entries, so that the kept
+    ones stay in their order.
+    """
+    keep = np.ones(weights.size, dtype=bool)
+    if min_weight is not None:
+        # In float64, as the weights are reported: numpy would otherwise
+        # round min_weight to the weights' float32.
+        keep &= weights.astype(np.float64) >= float(min_weight)
+    if top_k is not None:
+        n_seq = bounds.size - 1
+        seq = np.repeat(np.arange(n_seq), np.diff(bounds))
+        # Candidates sorted by sequence, then weight descending; lexsort is
+        # stable, so equal weights stay in position order.
+        candidates = np.flatnonzero(keep)
+        order = candidates[np.lexsort((-weights[candidates], seq[candidates]))]
+        seq_sorted = seq[order]
+        group_start = np.searchsorted(seq_sorted, seq_sorted, side="left")
+        rank = np.arange(order.size) - group_start
+        keep[:] = False
+        keep[order[rank < top_k]] = True
+    return keep
 
 
 def split_pooled_outputs(
