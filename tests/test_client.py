@@ -1,0 +1,142 @@
+"""The typed clients against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import numpy as np
+import pytest
+
+from bge_m3_sparse_plugin.client import (
+    AsyncSparseEmbeddingClient,
+    SparseEmbeddingClient,
+    SparseEmbeddingError,
+    lexical_matching_score,
+)
+from bge_m3_sparse_plugin.schemas import SparseEmbeddingResponse
+
+from ._server import SERVED_MODEL_NAME
+from .parity import flag_reference
+from .test_online import SEED_INPUT, pooling
+from .texts import PARITY_TEXTS
+
+pytestmark = pytest.mark.engine
+
+TEXTS = list(PARITY_TEXTS.values())
+
+
+def raw(server, data: dict) -> SparseEmbeddingResponse:
+    """The same request sent by hand, read into the response model."""
+    return SparseEmbeddingResponse.model_validate(pooling(server, data)["data"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"return_tokens": True},
+        {"return_dense": True, "sparse_format": "indices_values"},
+        {"sparse_format": "lexical_weights", "top_k": 4, "min_weight": 0.05},
+        {"return_sparse": False, "return_dense": True},
+    ],
+    ids=["tokens", "dense+indices_values", "lexical_weights+pruned", "dense only"],
+)
+def test_sync_client_returns_the_servers_answer_as_models(server, options):
+    with SparseEmbeddingClient(server.url, model=SERVED_MODEL_NAME) as client:
+        got = client.embed(TEXTS, **options)
+    assert isinstance(got, SparseEmbeddingResponse)
+    assert got == raw(server, {"input": TEXTS, **options})
+
+
+def test_client_without_a_model_name_and_with_a_trailing_slash(server):
+    with SparseEmbeddingClient(server.url + "/") as client:
+        got = client.embed(SEED_INPUT, return_tokens=True)
+    assert got == raw(server, {"input": SEED_INPUT, "return_tokens": True})
+    assert [e["token"] for e in got.data[0].sparse_embedding] == [
+        e["token"] for e in raw(server, {"input": "I love China", "return_tokens": True}).data[0].sparse_embedding
+    ]
+
+
+def test_async_client_concurrent_requests_each_get_their_own_answer(server):
+    requests = [
+        (TEXTS[i % len(TEXTS)], {"top_k": 1 + i % 4, "sparse_format": fmt})
+        for i, fmt in enumerate(["token_weights", "lexical_weights", "indices_values"] * 4)
+    ]
+
+    async def run():
+        async with AsyncSparseEmbeddingClient(server.url, model=SERVED_MODEL_NAME) as client:
+            return await asyncio.gather(*(client.embed(text, **opts) for text, opts in requests))
+
+    answers = asyncio.run(run())
+    for (text, opts), got in zip(requests, answers):
+        assert got == raw(server, {"input": text, **opts})
+
+
+def test_server_refusal_raises_with_the_servers_message(server):
+    with SparseEmbeddingClient(server.url, model=SERVED_MODEL_NAME) as client:
+        with pytest.raises(SparseEmbeddingError) as info:
+            client.embed([0, 10**6, 2])  # valid ids for the schema, outside the vocabulary
+    err = info.value
+    assert err.status_code == 400
+    assert err.param == "data.input"
+    assert "holds token id 1000000, outside the vocabulary" in err.message
+    assert str(err).startswith("HTTP 400: ")
+
+
+def test_async_server_refusal_raises_too(server):
+    async def run():
+        async with AsyncSparseEmbeddingClient(server.url, model="no-such-model") as client:
+            await client.embed("x")
+
+    with pytest.raises(SparseEmbeddingError) as info:
+        asyncio.run(run())
+    assert info.value.status_code == 404
+    assert "no-such-model" in info.value.message
+
+
+def test_bad_options_are_refused_before_sending():
+    # Nothing listens there: the request must not be sent at all.
+    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client:
+        with pytest.raises(SparseEmbeddingError) as info:
+            client.embed("x", top_k=0)
+    assert info.value.status_code is None
+    assert info.value.param == "data.top_k"
+
+
+def test_timeout_and_base_url_are_honoured(server):
+    with SparseEmbeddingClient(server.url, timeout=1e-4) as client:
+        with pytest.raises(httpx.TimeoutException):
+            client.embed(TEXTS)
+    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=5) as client:
+        with pytest.raises(httpx.ConnectError):
+            client.embed("x")
+
+
+def test_colbert_through_the_client(colbert_server, tokenizer):
+    with SparseEmbeddingClient(colbert_server.url) as client:
+        got = client.embed(SEED_INPUT, return_colbert_vecs=True, return_sparse=False)
+    assert got == raw(
+        colbert_server, {"input": SEED_INPUT, "return_colbert_vecs": True, "return_sparse": False}
+    )
+    # One vector per token but <s>.
+    assert [len(item.colbert_vecs) for item in got.data] == [
+        len(tokenizer(text)["input_ids"]) - 1 for text in SEED_INPUT
+    ]
+    assert all(
+        np.allclose(np.linalg.norm(np.asarray(item.colbert_vecs), axis=1), 1.0, atol=1e-5)
+        for item in got.data
+    )
+
+
+@pytest.mark.parametrize("fmt", ["token_weights", "lexical_weights", "indices_values"])
+def test_lexical_matching_score_on_client_results_equals_flagembeddings(server, flag_model, fmt):
+    queries, docs = TEXTS[:4], TEXTS[2:]
+    with SparseEmbeddingClient(server.url) as client:
+        q = client.embed(queries, sparse_format=fmt).data
+        d = client.embed(docs, sparse_format=fmt).data
+    fq = flag_reference(flag_model, queries)["lexical_weights"]
+    fd = flag_reference(flag_model, docs)["lexical_weights"]
+    want = np.array(flag_model.compute_lexical_matching_score(fq, fd), dtype=np.float64)
+    got = np.array([[lexical_matching_score(a, b) for b in d] for a in q])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert (want > 0).sum() >= 4  # the texts share tokens: the scores are not all zero
