@@ -1,16 +1,10 @@
 #!/usr/bin/env bash
 # Set up (once), then run the plugin on the built-in small model: offline
-# through LLM.encode, and online through a started server (POST /pooling).
+# through LLM.encode, and online through a started server (POST /pooling),
+# by hand and with the typed client.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-PY=.venv/bin/python
-MODEL_DIR=models/bge-m3-tiny
-PORT=${PORT:-8000}
-export TOKENIZERS_PARALLELISM=false
-
-echo "== building the small random BGE-M3-shaped model in $MODEL_DIR"
-"$PY" -m bge_m3_sparse_plugin.tiny_model "$MODEL_DIR"
+source scripts/_common.sh
 
 echo "== offline: examples/offline.py"
 # Offline, vLLM may compute on every core (benchmarks/RESULTS.md, section 3).
@@ -18,11 +12,11 @@ cores=$(nproc)
 VLLM_CPU_OMP_THREADS_BIND="0-$((cores - 1))" VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS="$cores" \
   VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
 
-echo "== online: starting the server on port $PORT (log: models/server.log)"
-source scripts/_serve.sh
-start_server "$MODEL_DIR" "$PORT" models/server.log
+start_server models/server.log
 
 echo "== online: examples/online.py"
 "$PY" examples/online.py --url "http://127.0.0.1:$PORT" --model bge-m3-tiny
 echo "== online: examples/online_curl.sh"
 bash examples/online_curl.sh "http://127.0.0.1:$PORT" bge-m3-tiny
+echo "== online: examples/client.py (the typed client)"
+"$PY" examples/client.py --url "http://127.0.0.1:$PORT"

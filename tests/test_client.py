@@ -101,6 +101,9 @@ def test_bad_options_are_refused_before_sending():
             client.embed("x", top_k=0)
     assert info.value.status_code is None
     assert info.value.param == "data.top_k"
+    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client:
+        with pytest.raises(SparseEmbeddingError, match="data.top: Extra inputs are not permitted"):
+            client.embed("x", top=3)
 
 
 def test_timeout_and_base_url_are_honoured(server):

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 from pydantic import ValidationError
+from typing_extensions import TypedDict, Unpack
 
 from .formats import SparseFormat, lexical_matching_score
 from .schemas import Input, SparseEmbeddingRequest, SparseEmbeddingResponse, describe_validation_error
@@ -24,6 +25,7 @@ __all__ = [
     "SparseEmbeddingClient",
     "AsyncSparseEmbeddingClient",
     "SparseEmbeddingError",
+    "EmbedOptions",
     "lexical_matching_score",
     "DEFAULT_BASE_URL",
     "DEFAULT_TIMEOUT_S",
@@ -31,7 +33,6 @@ __all__ = [
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
-_DATA_FIELDS = frozenset(SparseEmbeddingRequest.model_fields)
 
 
 class SparseEmbeddingError(Exception):
@@ -54,22 +55,42 @@ class SparseEmbeddingError(Exception):
         self.body = body
 
 
-def _request_body(
-    model: str | None, truncate_prompt_tokens: int | None, data: dict[str, Any]
-) -> dict[str, Any]:
+class EmbedOptions(TypedDict, total=False):
+    """The keyword arguments of ``embed``: the request's ``data`` fields (the
+    README's table gives their defaults and meaning), vLLM's
+    ``truncate_prompt_tokens``, and an ``X-Request-Id`` header."""
+
+    return_tokens: bool
+    return_sparse: bool
+    return_dense: bool
+    return_colbert_vecs: bool
+    sparse_format: SparseFormat
+    top_k: int | None
+    min_weight: float | None
+    truncate_prompt_tokens: int | None
+    request_id: str | None
+
+
+def _prepare(
+    model: str | None, input: Input, options: EmbedOptions
+) -> tuple[dict[str, Any], dict[str, str] | None]:
+    """The JSON body and headers of a /pooling request."""
+    data: dict[str, Any] = dict(options)
+    truncate = data.pop("truncate_prompt_tokens", None)
+    request_id = data.pop("request_id", None)
     # Checked here with the server's own schema, so that a bad request fails
     # before it is sent, with the message the server would give.
     try:
-        request = SparseEmbeddingRequest.model_validate(data)
+        request = SparseEmbeddingRequest.model_validate({"input": input, **data})
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise SparseEmbeddingError(message, param=field) from None
     body: dict[str, Any] = {"data": request.model_dump(exclude_defaults=True)}
     if model is not None:
         body["model"] = model
-    if truncate_prompt_tokens is not None:
-        body["truncate_prompt_tokens"] = truncate_prompt_tokens
-    return body
+    if truncate is not None:
+        body["truncate_prompt_tokens"] = truncate
+    return body, ({"X-Request-Id": request_id} if request_id else None)
 
 
 def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
@@ -95,9 +116,8 @@ def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
     return SparseEmbeddingResponse.model_validate(body["data"])
 
 
-class SparseEmbeddingClient:
-    """A blocking client. ``model`` is the served model name; None lets vLLM pick
-    its only model. ``timeout`` is in seconds (or an ``httpx.Timeout``)."""
+class _Client:
+    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
 
     def __init__(
         self,
@@ -108,31 +128,24 @@ class SparseEmbeddingClient:
         headers: dict[str, str] | None = None,
     ) -> None:
         self.model = model
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), timeout=timeout, headers=headers)
+        self._http = self._http_class(
+            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers
+        )
+
+
+class SparseEmbeddingClient(_Client):
+    """A blocking client. ``model`` is the served model name; None lets vLLM pick
+    its only model. ``timeout`` is in seconds (or an ``httpx.Timeout``)."""
+
+    _http_class = httpx.Client
 
     def embed(
         self,
         input: Input,
-        *,
-        return_tokens: bool = False,
-        return_sparse: bool = True,
-        return_dense: bool = False,
-        return_colbert_vecs: bool = False,
-        sparse_format: SparseFormat = "token_weights",
-        top_k: int | None = None,
-        min_weight: float | None = None,
-        truncate_prompt_tokens: int | None = None,
-        request_id: str | None = None,
+        **options: Unpack[EmbedOptions],
     ) -> SparseEmbeddingResponse:
-        """Embed a text, a list of texts, or token ids.
-
-        The keyword arguments are the request's ``data`` fields (see the
-        README), plus vLLM's ``truncate_prompt_tokens`` and an
-        ``X-Request-Id`` header.
-        """
-        data = {k: v for k, v in locals().items() if k in _DATA_FIELDS}
-        body = _request_body(self.model, truncate_prompt_tokens, data)
-        headers = {"X-Request-Id": request_id} if request_id else None
+        """Embed a text, a list of texts, or token ids; see :class:`EmbedOptions`."""
+        body, headers = _prepare(self.model, input, options)
         return _parse_response(self._http.post("/pooling", json=body, headers=headers))
 
     def close(self) -> None:
@@ -145,40 +158,18 @@ class SparseEmbeddingClient:
         self.close()
 
 
-class AsyncSparseEmbeddingClient:
+class AsyncSparseEmbeddingClient(_Client):
     """The asyncio version of :class:`SparseEmbeddingClient`."""
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        model: str | None = None,
-        timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_S,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.model = model
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers
-        )
+    _http_class = httpx.AsyncClient
 
     async def embed(
         self,
         input: Input,
-        *,
-        return_tokens: bool = False,
-        return_sparse: bool = True,
-        return_dense: bool = False,
-        return_colbert_vecs: bool = False,
-        sparse_format: SparseFormat = "token_weights",
-        top_k: int | None = None,
-        min_weight: float | None = None,
-        truncate_prompt_tokens: int | None = None,
-        request_id: str | None = None,
+        **options: Unpack[EmbedOptions],
     ) -> SparseEmbeddingResponse:
         """See :meth:`SparseEmbeddingClient.embed`."""
-        data = {k: v for k, v in locals().items() if k in _DATA_FIELDS}
-        body = _request_body(self.model, truncate_prompt_tokens, data)
-        headers = {"X-Request-Id": request_id} if request_id else None
+        body, headers = _prepare(self.model, input, options)
         return _parse_response(await self._http.post("/pooling", json=body, headers=headers))
 
     async def aclose(self) -> None:
