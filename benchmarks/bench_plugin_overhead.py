@@ -1,6 +1,7 @@
 """Plugin overhead: the plugin path against raw LLM.encode on the same engine.
 
     python benchmarks/bench_plugin_overhead.py [--docs 400] [--words 98] [--rounds 5]
+        [--model small|mid] [--sparse-format token_weights|lexical_weights|indices_values]
 
 One engine on the small model. Interleaved rounds of
 - plugin: llm.encode({"data": {"input": docs, "return_tokens": True}}, pooling_task="plugin")
@@ -34,6 +35,9 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=98, help="words per doc; one token each")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default="small", choices=["small", "mid"])
+    parser.add_argument("--sparse-format", default="token_weights",
+                        choices=["token_weights", "lexical_weights", "indices_values"],
+                        help="the request's sparse_format (return_tokens is on for token_weights)")
     args = parser.parse_args()
 
     use_cpu_engine_env()
@@ -45,11 +49,14 @@ def main() -> None:
 
     tokens = sum(len(ids) for ids in AutoTokenizer.from_pretrained(path)(docs)["input_ids"])
     print_settings(model=f"{args.model} ({path})", docs=args.docs, tokens_per_doc=tokens / args.docs,
-                   dtype="float32", rounds=args.rounds)
+                   dtype="float32", rounds=args.rounds, sparse_format=args.sparse_format)
     llm = LLM(model=str(path), runner="pooling", hf_overrides=HF_OVERRIDES,
               io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
               gpu_memory_utilization=0.2, max_num_batched_tokens=16384, max_num_seqs=256)
-    request = {"data": {"input": docs, "return_tokens": True}}
+    data = {"input": docs, "sparse_format": args.sparse_format}
+    if args.sparse_format == "token_weights":
+        data["return_tokens"] = True
+    request = {"data": data}
 
     def plugin():
         return llm.encode(request, pooling_task="plugin", use_tqdm=False)
