@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bge_m3_sparse_plugin import sparse
 from bge_m3_sparse_plugin.sparse import (
     lexical_weights,
     lexical_weights_batch,
+    lexical_weights_flat_compiled,
+    lexical_weights_flat_numpy,
     prune_flat,
     split_pooled_outputs,
 )
@@ -19,10 +25,18 @@ from .reference import reference_lexical_weights, reference_prune
 SKIP = frozenset({0, 1, 2, 3})  # <s>, <pad>, </s>, <unk>
 
 
-def fast(ids, weights, skip=SKIP) -> dict[int, float]:
-    out_ids, out_w = lexical_weights(
-        np.asarray(ids, dtype=np.int64), np.asarray(weights, dtype=np.float32), skip
+IMPLEMENTATIONS = {
+    "numpy": lexical_weights_flat_numpy,
+    "compiled": lexical_weights_flat_compiled,
+}
+
+
+def fast(ids, weights, skip=SKIP, impl=lexical_weights_flat_numpy) -> dict[int, float]:
+    ids = np.asarray(ids, dtype=np.int64)
+    out_ids, out_w, bounds = impl(
+        ids, np.asarray(weights, dtype=np.float32), np.array([ids.size]), skip
     )
+    assert bounds.tolist() == [0, out_ids.size]
     return dict(zip(out_ids.tolist(), out_w.tolist()))
 
 
@@ -31,8 +45,11 @@ def ref(ids, weights, skip=SKIP) -> dict[int, float]:
 
 
 def assert_same(ids, weights, skip=SKIP):
-    got, want = fast(ids, weights, skip), ref(ids, weights, skip)
-    assert list(got.items()) == list(want.items())  # order, ids and exact fp32 values
+    """Both implementations equal FlagEmbedding's loop: order, ids and exact fp32 values."""
+    want = ref(ids, weights, skip)
+    for name, impl in IMPLEMENTATIONS.items():
+        got = fast(ids, weights, skip, impl)
+        assert list(got.items()) == list(want.items()), name
     return got
 
 
@@ -144,6 +161,11 @@ def test_batch_equals_reference_per_sequence(sequences):
     for (out_ids, out_w), i, w in zip(got, ids, weights):
         want = ref(i.tolist(), w)
         assert list(zip(out_ids.tolist(), out_w.tolist())) == list(want.items())
+    # The two implementations on the concatenated batch: the very same arrays.
+    if sequences:
+        flat = (np.concatenate(ids), np.concatenate(weights), np.array(list(map(len, ids))), SKIP)
+        for a, b in zip(lexical_weights_flat_numpy(*flat), lexical_weights_flat_compiled(*flat)):
+            assert a.dtype == b.dtype and a.tolist() == b.tolist()
 
 
 def test_batch_of_nothing():
@@ -211,3 +233,33 @@ def test_prune_equals_reference_on_random_input(sequences, top_k, min_weight):
     sequences = [[(t, float(np.float32(w))) for t, w in s] for s in sequences]
     want = [reference_prune(s, top_k, min_weight) for s in sequences]
     assert prune(sequences, top_k, min_weight) == want
+
+
+def test_compiled_pass_is_made_ready_in_the_background():
+    code = (
+        "from bge_m3_sparse_plugin import sparse;"
+        "before = sparse.compiled_ready();"
+        "sparse.start_compiling(); sparse._compile_thread.join(120);"
+        "print(before, sparse.compiled_ready())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
+    assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_dispatcher_takes_the_compiled_pass_once_ready(monkeypatch):
+    lexical_weights_flat_compiled(np.array([5]), np.ones(1, np.float32), np.array([1]), SKIP)
+    assert sparse.compiled_ready()
+    calls = []
+    real = sparse.lexical_weights_flat_compiled
+    monkeypatch.setattr(sparse, "lexical_weights_flat_compiled", lambda *a: calls.append(1) or real(*a))
+    out = lexical_weights(np.array([5, 6, 5]), np.array([0.25, 0.5, 0.75], np.float32), SKIP)
+    assert calls == [1]
+    assert out[0].tolist() == [5, 6] and out[1].tolist() == [0.75, 0.5]
+    # Other weight types take the numpy path, which needs no compilation for them.
+    out = lexical_weights(np.array([5, 6, 5]), np.array([0.25, 0.5, 0.75], np.float64), SKIP)
+    assert calls == [1] and out[1].dtype == np.float64
+
+
+def test_compiled_pass_refuses_negative_ids():
+    with pytest.raises(ValueError, match="token ids must be >= 0"):
+        lexical_weights_flat_compiled(np.array([5, -1]), np.ones(2, np.float32), np.array([2]), SKIP)

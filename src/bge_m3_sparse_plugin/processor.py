@@ -30,7 +30,7 @@ from .schemas import (
     SparseEmbeddingUsage,
     describe_validation_error,
 )
-from .sparse import lexical_weights_flat, prune_flat, split_pooled_outputs
+from .sparse import lexical_weights_flat, prune_flat, split_pooled_outputs, start_compiling
 from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -126,6 +126,10 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         pooler_config = model_config.pooler_config
         self.pooling_task = (pooler_config and pooler_config.task) or _DEFAULT_TASK
 
+        # The compiled lexical-weight pass is built (or loaded from numba's
+        # cache) while the server starts; requests before it is ready take
+        # the numpy path, which gives the same result.
+        start_compiling()
         self.skip_ids = special_token_ids(tokenizer)
         self.decoder = TokenDecoder(tokenizer)
         self.max_inputs = _env_int(MAX_INPUTS_ENV, DEFAULT_MAX_INPUTS)

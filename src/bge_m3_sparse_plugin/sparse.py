@@ -6,11 +6,18 @@ lexical weights with a Python loop over the tokens
 wherever they are, keeps weights > 0, keeps each id's largest weight, and
 orders the ids by their first kept occurrence. These functions compute the
 same result without per-token Python work.
+
+:func:`lexical_weights_flat` runs a single pass compiled with numba once
+:func:`start_compiling` has made it ready (numba comes with vLLM), and a chain
+of whole-batch numpy calls until then or without numba. Both give the same
+result; the tests compare each with FlagEmbedding's loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -18,9 +25,20 @@ __all__ = [
     "lexical_weights",
     "lexical_weights_batch",
     "lexical_weights_flat",
+    "lexical_weights_flat_numpy",
+    "lexical_weights_flat_compiled",
+    "compiled_ready",
+    "start_compiling",
     "prune_flat",
     "split_pooled_outputs",
 ]
+
+logger = logging.getLogger("vllm.plugins." + __name__)
+
+# The compiled pass, set once it is compiled (or loaded from numba's cache).
+_compiled: Callable | None = None
+_compile_lock = threading.Lock()
+_compile_thread: threading.Thread | None = None
 
 
 def lexical_weights(
@@ -52,7 +70,8 @@ def lexical_weights_batch(
     if ids.ndim != 1 or w.ndim != 1:
         raise ValueError("token_ids and weights must be sequences of 1-D arrays")
     out_ids, out_w, bounds = lexical_weights_flat(ids, w, lengths, skip_ids)
-    return [(out_ids[a:b], out_w[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    edges = bounds.tolist()
+    return [(out_ids[a:b], out_w[a:b]) for a, b in zip(edges[:-1], edges[1:])]
 
 
 def lexical_weights_flat(
@@ -61,11 +80,117 @@ def lexical_weights_flat(
     """The batch computation on concatenated sequences.
 
     ``ids`` and ``weights`` hold the sequences one after another, ``lengths``
-    their lengths. Returns the kept ids and weights, concatenated in the same
-    way, and ``bounds``: sequence ``i``'s entries are ``[bounds[i]:bounds[i+1]]``.
-    All of it is a handful of numpy calls for the whole batch, none per token
-    or per sequence.
+    their lengths. Returns the kept ids (int32) and weights, concatenated in
+    the same way, and ``bounds``: sequence ``i``'s entries are
+    ``[bounds[i]:bounds[i+1]]``.
     """
+    if _compiled is not None and np.asarray(weights).dtype == np.float32:
+        return lexical_weights_flat_compiled(ids, weights, lengths, skip_ids)
+    return lexical_weights_flat_numpy(ids, weights, lengths, skip_ids)
+
+
+def lexical_weights_flat_compiled(
+    ids: np.ndarray, weights: np.ndarray, lengths: np.ndarray, skip_ids: Iterable[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`lexical_weights_flat` as one compiled pass over the tokens.
+
+    Compiles on first use if :func:`start_compiling` has not done it.
+    """
+    kernel = _compiled or _compile()
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    weights = np.ascontiguousarray(weights)
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    skip = np.fromiter(skip_ids, dtype=np.int64)
+    is_skip = np.zeros(int(skip.max()) + 1 if skip.size else 0, dtype=np.bool_)
+    is_skip[skip] = True
+    table, kept = _workspace.take(ids.size)
+    out_ids, out_w, bounds, bad = kernel(ids, weights, lengths, is_skip, table, kept)
+    # No bounds: the pass stopped at an id outside the table.
+    if bounds.size == 0 and bad >= 0:  # grow the table to the largest id, once, and redo
+        table = _workspace.grow_table(int(ids.max()) + 1)
+        out_ids, out_w, bounds, bad = kernel(ids, weights, lengths, is_skip, table, kept)
+    if bounds.size == 0:
+        raise ValueError(f"token ids must be >= 0, got {int(bad)}")
+    return out_ids, out_w, bounds
+
+
+class _Workspace(threading.local):
+    """Scratch memory for the compiled pass, one per thread, reused across calls:
+    fresh multi-megabyte arrays on every call cost more in page faults than the
+    pass itself. Their contents never matter."""
+
+    MAX_KEPT = 1 << 22  # positions kept between calls (16 MiB); larger calls get their own
+
+    def __init__(self) -> None:
+        self.table = np.empty(0, dtype=np.int32)
+        self.kept = np.empty(0, dtype=np.int32)
+
+    def take(self, n_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        kept = self.kept
+        if kept.size < n_tokens:
+            kept = np.empty(n_tokens, dtype=np.int32)
+            if n_tokens <= self.MAX_KEPT:
+                self.kept = kept
+        return self.table, kept
+
+    def grow_table(self, n_ids: int) -> np.ndarray:
+        if self.table.size < n_ids:
+            self.table = np.empty(max(n_ids, 1 << 18), dtype=np.int32)
+        return self.table
+
+
+_workspace = _Workspace()
+
+
+def compiled_ready() -> bool:
+    """Whether :func:`lexical_weights_flat` runs the compiled pass."""
+    return _compiled is not None
+
+
+def _compile() -> Callable:
+    global _compiled
+    with _compile_lock:
+        if _compiled is None:
+            from ._kernel import lexical_weights_pass
+
+            # Compile for the types the processor passes, on a tiny input.
+            lexical_weights_pass(
+                np.array([0, 5], np.int64), np.array([0.5, 0.5], np.float32),
+                np.array([2], np.int64), np.ones(1, np.bool_), np.zeros(6, np.int32),
+                np.empty(2, np.int32),
+            )
+            _compiled = lexical_weights_pass
+    return _compiled
+
+
+def start_compiling() -> None:
+    """Compile the single pass in a background thread; until it is ready,
+    and if numba is missing, the numpy path serves."""
+    global _compile_thread
+
+    def run() -> None:
+        try:
+            _compile()
+        except Exception:  # numba missing or broken: the numpy path is complete
+            logger.warning(
+                "bge_m3_sparse_plugin: the compiled lexical-weight pass is not available; "
+                "using numpy", exc_info=True,
+            )
+
+    with _compile_lock:
+        if _compiled is not None or _compile_thread is not None:
+            return
+        _compile_thread = threading.Thread(
+            target=run, name="bge-m3-sparse-compile", daemon=True
+        )
+    _compile_thread.start()
+
+
+def lexical_weights_flat_numpy(
+    ids: np.ndarray, weights: np.ndarray, lengths: np.ndarray, skip_ids: Iterable[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`lexical_weights_flat` as a handful of numpy calls for the whole
+    batch, none per token or per sequence."""
     n_seq = len(lengths)
     ids = np.asarray(ids).astype(np.int32, copy=False)
     w = np.asarray(weights)
@@ -91,8 +216,8 @@ def lexical_weights_flat(
         # Too many sequences for one 16-bit key: split the batch in two.
         half = n_seq // 2
         cut = int(lengths[:half].sum())
-        a_ids, a_w, a_b = lexical_weights_flat(ids[:cut], w[:cut], lengths[:half], skip)
-        b_ids, b_w, b_b = lexical_weights_flat(ids[cut:], w[cut:], lengths[half:], skip)
+        a_ids, a_w, a_b = lexical_weights_flat_numpy(ids[:cut], w[:cut], lengths[:half], skip)
+        b_ids, b_w, b_b = lexical_weights_flat_numpy(ids[cut:], w[cut:], lengths[half:], skip)
         bounds = np.concatenate([a_b, b_b[1:] + a_b[-1]])
         return np.concatenate([a_ids, b_ids]), np.concatenate([a_w, b_w]), bounds
     order = np.argsort((ids_k & 0xFFFF).astype(np.uint16), kind="stable")

@@ -1,0 +1,69 @@
+"""The lexical-weight pass compiled with numba, which vLLM itself depends on.
+
+Imported only by :mod:`bge_m3_sparse_plugin.sparse`, in a background thread
+or on demand: compiling takes about a second, and numba keeps the result in
+its cache for the next start.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+__all__ = ["lexical_weights_pass"]
+
+@numba.njit(cache=True, nogil=True)
+def lexical_weights_pass(ids, weights, lengths, is_skip, table, kept):  # pragma: no cover
+    """FlagEmbedding's lexical weights of concatenated sequences, in one pass.
+
+    ``is_skip[t]`` marks the special ids (ids past its end are not special).
+    ``table`` is int32 scratch space with a slot per possible id and
+    ``kept`` int32 scratch space for at least ``len(ids)`` positions; their
+    contents do not matter. Both are the caller's, so that repeated calls
+    reuse memory instead of faulting in fresh pages. Returns the kept ids and
+    weights, concatenated, each sequence's bounds, and the first id outside
+    ``[0, len(table))`` (then nothing else is computed) or -1.
+    """
+    n_seq = lengths.shape[0]
+    n_tokens = ids.shape[0]
+    n_skip = is_skip.shape[0]
+    # Pass 1, without a branch on the weight's sign (unpredictable): the
+    # positions that are kept.
+    n_table = table.shape[0]
+    m = 0
+    for p in range(n_tokens):
+        t = ids[p]
+        if t < 0 or t >= n_table:
+            return np.empty(0, np.int32), np.empty(0, weights.dtype), np.zeros(0, np.int64), t
+        kept[m] = p
+        m += np.int64(weights[p] > 0) * np.int64(not (t < n_skip and is_skip[t]))
+    out_ids = np.empty(m, np.int32)
+    out_w = np.empty(m, weights.dtype)
+    bounds = np.zeros(n_seq + 1, np.int64)
+    # Pass 2: table[t] is where id t was put in the output, if it was put
+    # there in this sequence, which the output itself confirms (a "sparse
+    # set"): the table never needs clearing, and stale or garbage slots fail
+    # the check.
+    n = 0
+    k = 0
+    end = 0
+    for s in range(n_seq):
+        end += lengths[s]
+        first = n
+        while k < m and kept[k] < end:
+            p = kept[k]
+            k += 1
+            t = ids[p]
+            x = weights[p]
+            j = table[t]
+            if j >= first and j < n and out_ids[j] == t:
+                # max(), not a branch on x > out_w[j]: which is larger is
+                # unpredictable, and a mispredicted branch costs more.
+                out_w[j] = max(out_w[j], x)
+            else:
+                table[t] = n
+                out_ids[n] = t
+                out_w[n] = x
+                n += 1
+        bounds[s + 1] = n
+    return out_ids[:n], out_w[:n], bounds, np.int64(-1)
