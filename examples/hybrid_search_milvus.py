@@ -1,7 +1,7 @@
 """Hybrid (dense + sparse) search in Milvus Lite, with BGE-M3 embeddings from the plugin.
 
 Embeds a small corpus through a running vLLM server with the plugin (dense and
-sparse from one request), stores it in Milvus Lite (a local file, no server),
+sparse from one request), stores it in Milvus Lite (local storage at --db, no server),
 and runs sparse, dense and hybrid (RRF) searches. Needs
 ``pip install 'bge-m3-sparse-plugin[client,milvus]'``. Start a server (see
 README.md), then:
@@ -142,7 +142,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--model", default=None, help="the server's served model name")
-    parser.add_argument("--db", default="hybrid.db", help="the Milvus Lite file")
+    parser.add_argument("--db", default="hybrid.db", help="where Milvus Lite keeps its data")
     parser.add_argument("--top", type=int, default=3)
     args = parser.parse_args()
 

@@ -8,5 +8,5 @@ source scripts/_common.sh
 
 start_server models/server.log
 echo "== examples/hybrid_search_milvus.py"
-rm -f models/hybrid.db
+rm -rf models/hybrid.db  # Milvus Lite keeps its data in a folder of that name
 "$PY" examples/hybrid_search_milvus.py --url "http://127.0.0.1:$PORT" --db models/hybrid.db
