@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -169,12 +170,18 @@ def start_compiling() -> None:
     global _compile_thread
 
     def run() -> None:
+        started = time.perf_counter()
         try:
             _compile()
         except Exception:  # numba missing or broken: the numpy path is complete
             logger.warning(
                 "bge_m3_sparse_plugin: the compiled lexical-weight pass is not available; "
                 "using numpy", exc_info=True,
+            )
+        else:
+            logger.info(
+                "bge_m3_sparse_plugin: compiled lexical-weight pass ready after %.2f s",
+                time.perf_counter() - started,
             )
 
     with _compile_lock:
