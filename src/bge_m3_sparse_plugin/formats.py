@@ -13,7 +13,7 @@ All three keep the same entries in the same order.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 __all__ = [
     "SparseFormat",
@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 SparseFormat = Literal["token_weights", "lexical_weights", "indices_values"]
-SPARSE_FORMATS: tuple[SparseFormat, ...] = ("token_weights", "lexical_weights", "indices_values")
+SPARSE_FORMATS: tuple[SparseFormat, ...] = get_args(SparseFormat)
 
 
 def format_sparse(

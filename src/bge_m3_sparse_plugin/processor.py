@@ -20,7 +20,7 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
-from .formats import SparseFormat, format_sparse
+from .formats import format_sparse
 from .pending import PendingRequests
 from .schemas import (
     SparseEmbedding,
@@ -87,13 +87,9 @@ def _max_tokens(model_config: Any) -> int:
 
 @dataclass(frozen=True)
 class _Options:
-    return_tokens: bool
-    return_sparse: bool
-    return_dense: bool
-    return_colbert_vecs: bool
-    sparse_format: SparseFormat
-    top_k: int | None
-    min_weight: float | None
+    # The request as parsed, its input dropped: a request that never finishes
+    # leaves this behind until evicted, and the texts can be large.
+    request: SparseEmbeddingRequest
     single: bool  # the input was one text or one id list: errors say data.input
 
 
@@ -194,16 +190,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 prompts.append({"prompt_token_ids": list(item)})
         self.pending.put(
             request_id,
-            _Options(
-                return_tokens=prompt.return_tokens,
-                return_sparse=prompt.return_sparse,
-                return_dense=prompt.return_dense,
-                return_colbert_vecs=prompt.return_colbert_vecs,
-                sparse_format=prompt.sparse_format,
-                top_k=prompt.top_k,
-                min_weight=prompt.min_weight,
-                single=single,
-            ),
+            _Options(request=prompt.model_copy(update={"input": ""}), single=single),
         )
         return prompts
 
@@ -298,6 +285,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
     ) -> None:
         # The whole request at once: concatenated arrays, no per-token work
         # in Python but the entries of the response themselves.
+        request = options.request
         token_lists = [out.prompt_token_ids for out in outputs]
         token_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(outputs))
         token_ids = np.fromiter(
@@ -315,23 +303,23 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         else:  # only dense; _check_task refused return_sparse
             dense_starts = np.cumsum(value_lengths) - value_lengths
 
-        if options.return_sparse:
+        if request.return_sparse:
             kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
-            if options.top_k is not None or options.min_weight is not None:
-                mask = prune_flat(kept_w, bounds, options.top_k, options.min_weight)
+            if request.top_k is not None or request.min_weight is not None:
+                mask = prune_flat(kept_w, bounds, request.top_k, request.min_weight)
                 kept_ids, kept_w = kept_ids[mask], kept_w[mask]
                 bounds = np.concatenate([[0], np.cumsum(mask)])[bounds]
             id_list, w_list = kept_ids.tolist(), kept_w.tolist()
-            tokens = self.decoder.decode(id_list) if options.return_tokens else None
+            tokens = self.decoder.decode(id_list) if request.return_tokens else None
             for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
                 # Plain lists and dicts, built without per-entry validation:
                 # these are the plugin's own values, and a response can hold
                 # millions.
                 sparse[i] = format_sparse(
                     id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None,
-                    options.sparse_format,
+                    request.sparse_format,
                 )
-        if options.return_dense:
+        if request.return_dense:
             for i, start in enumerate(dense_starts.tolist()):
                 dense[i] = values[start : start + dense_size].tolist()
 
