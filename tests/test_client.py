@@ -156,3 +156,17 @@ def test_lexical_matching_score_on_client_results_equals_flagembeddings(server, 
     got = np.array([[lexical_matching_score(a, b) for b in d] for a in q])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert (want > 0).sum() >= 4  # the texts share tokens: the scores are not all zero
+
+
+def test_truncate_prompt_tokens_and_request_id_reach_the_server(server):
+    long_text = " ".join(["search"] * 400)
+    sent = []
+    with SparseEmbeddingClient(server.url) as client:
+        client._http.event_hooks["request"].append(sent.append)
+        got = client.embed(long_text, truncate_prompt_tokens=50, request_id="client-test-1")
+    assert sent[0].headers["X-Request-Id"] == "client-test-1"
+    assert got.usage.prompt_tokens == 50
+    want = SparseEmbeddingResponse.model_validate(
+        pooling(server, {"input": long_text}, truncate_prompt_tokens=50)["data"]
+    )
+    assert got == want

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from FlagEmbedding import BGEM3FlagModel
@@ -46,6 +48,12 @@ def test_weight_dict_reads_every_format_and_the_response_item(fmt):
     assert list(weight_dict(sparse).items()) == list(want.items())
     item = SparseEmbeddingItem.model_validate({"index": 0, "sparse_embedding": sparse})
     assert list(weight_dict(item).items()) == list(want.items())
+
+
+def test_weight_dict_reads_objects_with_indices_and_values():
+    # As vector-database clients hold sparse vectors (Qdrant's SparseVector, say).
+    vector = SimpleNamespace(indices=[87, 5], values=[0.5, 0.25])
+    assert list(weight_dict(vector).items()) == [("87", 0.5), ("5", 0.25)]
 
 
 def test_weight_dict_refuses_what_it_cannot_read():

@@ -193,6 +193,15 @@ def test_top_k_keeps_the_largest_in_their_order_ties_to_the_earlier():
     assert prune([seq], 10, None) == [seq]
 
 
+def test_top_k_compares_exact_weights():
+    # Weights one float32 step apart are not a tie: the larger one is kept.
+    low = float(np.float32(0.5))
+    high = float(np.nextafter(np.float32(0.5), np.float32(1)))
+    assert prune([[(5, low), (6, high)]], 1, None) == [[(6, high)]]
+    seq = [(5, 0.28125), (6, 0.3125), (7, 0.34375)]  # exact in float32, all near 0.3
+    assert prune([seq], 2, None) == [[(6, 0.3125), (7, 0.34375)]]
+
+
 def test_min_weight_keeps_weights_at_or_above_it():
     seq = [(5, 0.25), (6, 0.75), (7, 0.5)]
     assert prune([seq], None, 0.5) == [[(6, 0.75), (7, 0.5)]]
