@@ -35,3 +35,12 @@ def test_a_non_json_error_keeps_its_text():
 def test_a_200_that_is_not_a_plugin_response_is_an_error():
     with pytest.raises(SparseEmbeddingError, match="not a plugin response"):
         client_answering(200, json={"object": "list", "data": []}).embed("x")
+
+
+def test_embed_options_name_every_request_field():
+    # EmbedOptions repeats the schema's fields for typing; this keeps the two in step.
+    from bge_m3_sparse_plugin.client import EmbedOptions
+    from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest
+
+    request_fields = set(SparseEmbeddingRequest.model_fields) - {"input"}
+    assert set(EmbedOptions.__annotations__) == request_fields | {"truncate_prompt_tokens", "request_id"}
