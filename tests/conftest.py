@@ -50,9 +50,10 @@ def llm(model_dir: Path):
 
 
 def _start_server(
-    model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = (), env: dict | None = None
+    model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = (), env: dict | None = None,
+    launcher: str = "api_server",
 ):
-    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args), env=env)
+    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args), env=env, launcher=launcher)
     try:
         server.wait_ready()
     except BaseException:
@@ -104,6 +105,33 @@ def colbert_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
         tmp_path_factory.mktemp("logs"),
         "colbert-server",
         ["--pooler-config", '{"task": "token_embed"}'],
+    )
+    yield srv
+    srv.stop()
+
+
+API_KEY = "s3cret"
+
+
+@pytest.fixture(scope="session")
+def keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """`vllm serve --api-key` with two API-server processes in front of one engine."""
+    srv = _start_server(
+        model_dir,
+        tmp_path_factory.mktemp("logs"),
+        "keyed-server",
+        ["--api-key", API_KEY, "--api-server-count", "2"],
+        launcher="serve",
+    )
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def env_keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The key from VLLM_API_KEY instead of the flag."""
+    srv = _start_server(
+        model_dir, tmp_path_factory.mktemp("logs"), "env-keyed-server", env={"VLLM_API_KEY": API_KEY}
     )
     yield srv
     srv.stop()

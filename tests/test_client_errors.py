@@ -9,12 +9,8 @@ from bge_m3_sparse_plugin.client import SparseEmbeddingClient, SparseEmbeddingEr
 
 
 def client_answering(status: int, **response) -> SparseEmbeddingClient:
-    client = SparseEmbeddingClient("http://plugin.test")
-    client._http = httpx.Client(
-        base_url="http://plugin.test",
-        transport=httpx.MockTransport(lambda request: httpx.Response(status, **response)),
-    )
-    return client
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, **response))
+    return SparseEmbeddingClient("http://plugin.test", http_client=httpx.Client(transport=transport))
 
 
 def test_a_5xx_carries_the_servers_message():

@@ -74,10 +74,16 @@ FAILING = [
 
 
 def test_concurrent_mixed_requests_each_get_their_own_answer(server):
+    check_concurrent_mixed_requests(server)
+
+
+def check_concurrent_mixed_requests(server, headers: dict[str, str] | None = None) -> None:
+    """144 requests in flight at once, 24 failing ones interleaved: each valid
+    one gets exactly the answer it gets alone, each failing one a 400."""
     requests = mixed_requests()
     alone = []
     for data in requests:
-        resp = post(server, body(data))
+        resp = post(server, body(data), headers=headers)
         assert resp.status_code == 200, resp.text
         alone.append(resp.json()["data"])
 
@@ -92,7 +98,7 @@ def test_concurrent_mixed_requests_each_get_their_own_answer(server):
 
     async def run():
         limits = httpx.Limits(max_connections=200, max_keepalive_connections=0)
-        async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+        async with httpx.AsyncClient(timeout=300, limits=limits, headers=headers) as client:
             return await asyncio.gather(
                 *(client.post(server.url + "/pooling", json=body(d)) for _, _, d in schedule)
             )

@@ -12,7 +12,7 @@ not vLLM::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 from pydantic import ValidationError
@@ -73,8 +73,8 @@ class EmbedOptions(TypedDict, total=False):
 
 def _prepare(
     model: str | None, input: Input, options: EmbedOptions
-) -> tuple[dict[str, Any], dict[str, str] | None]:
-    """The JSON body and headers of a /pooling request."""
+) -> tuple[dict[str, Any], str | None]:
+    """The JSON body of a /pooling request, and its request id."""
     data: dict[str, Any] = dict(options)
     truncate = data.pop("truncate_prompt_tokens", None)
     request_id = data.pop("request_id", None)
@@ -90,7 +90,21 @@ def _prepare(
         body["model"] = model
     if truncate is not None:
         body["truncate_prompt_tokens"] = truncate
-    return body, ({"X-Request-Id": request_id} if request_id else None)
+    return body, request_id
+
+
+def _unauthorized_message(response: httpx.Response) -> str:
+    sent = "authorization" in response.request.headers
+    if sent:
+        return (
+            "the server refused the API key: it is wrong, or not sent as "
+            "'Authorization: Bearer KEY'. Pass api_key= the key the server was started "
+            "with (--api-key or VLLM_API_KEY)"
+        )
+    return (
+        "the server wants an API key and none was sent. Pass api_key= the key the "
+        "server was started with (--api-key or VLLM_API_KEY)"
+    )
 
 
 def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
@@ -98,6 +112,8 @@ def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
         body = response.json()
     except ValueError:
         body = None
+    if response.status_code == 401:  # vLLM's {"error": "Unauthorized"}
+        raise SparseEmbeddingError(_unauthorized_message(response), 401, None, body)
     if response.status_code >= 400:
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict):  # vLLM's {"error": {"message", "type", "param", "code"}}
@@ -116,8 +132,11 @@ def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
     return SparseEmbeddingResponse.model_validate(body["data"])
 
 
-class _Client:
-    _http_class: type[httpx.Client] | type[httpx.AsyncClient]
+_Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
+
+
+class _Client(Generic[_Http]):
+    _http_class: type[_Http]
 
     def __init__(
         self,
@@ -126,16 +145,44 @@ class _Client:
         model: str | None = None,
         timeout: float | httpx.Timeout | None = DEFAULT_TIMEOUT_S,
         headers: dict[str, str] | None = None,
+        api_key: str | None = None,
+        http_client: _Http | None = None,
     ) -> None:
         self.model = model
-        self._http = self._http_class(
-            base_url=base_url.rstrip("/"), timeout=timeout, headers=headers
-        )
+        self._url = base_url.rstrip("/") + "/pooling"
+        # Sent with each request, so that they apply to a caller's http_client too.
+        self._headers = dict(headers or {})
+        if api_key is not None:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        if http_client is None:
+            self._http = self._http_class(timeout=timeout)
+            self._owns_http = True
+        elif not isinstance(http_client, self._http_class):
+            raise TypeError(
+                f"http_client must be an {self._http_class.__module__}."
+                f"{self._http_class.__name__}, got {type(http_client).__name__}"
+            )
+        else:
+            # The caller's client keeps its own settings (proxies, TLS, pools,
+            # timeout) and stays open after close(): the caller owns it.
+            self._http = http_client
+            self._owns_http = False
+
+    def _request_headers(self, request_id: str | None) -> dict[str, str]:
+        if request_id:
+            return {**self._headers, "X-Request-Id": request_id}
+        return self._headers
 
 
-class SparseEmbeddingClient(_Client):
-    """A blocking client. ``model`` is the served model name; None lets vLLM pick
-    its only model. ``timeout`` is in seconds (or an ``httpx.Timeout``)."""
+class SparseEmbeddingClient(_Client[httpx.Client]):
+    """A blocking client.
+
+    ``model`` is the served model name; None lets vLLM pick its only model.
+    ``timeout`` is in seconds (or an ``httpx.Timeout``). ``api_key`` is sent as
+    ``Authorization: Bearer KEY``. ``http_client`` is an ``httpx.Client`` of
+    one's own (proxies, TLS, pools); it keeps its own timeout and is not
+    closed by :meth:`close`.
+    """
 
     _http_class = httpx.Client
 
@@ -145,11 +192,13 @@ class SparseEmbeddingClient(_Client):
         **options: Unpack[EmbedOptions],
     ) -> SparseEmbeddingResponse:
         """Embed a text, a list of texts, or token ids; see :class:`EmbedOptions`."""
-        body, headers = _prepare(self.model, input, options)
-        return _parse_response(self._http.post("/pooling", json=body, headers=headers))
+        body, request_id = _prepare(self.model, input, options)
+        response = self._http.post(self._url, json=body, headers=self._request_headers(request_id))
+        return _parse_response(response)
 
     def close(self) -> None:
-        self._http.close()
+        if self._owns_http:
+            self._http.close()
 
     def __enter__(self) -> SparseEmbeddingClient:
         return self
@@ -158,7 +207,7 @@ class SparseEmbeddingClient(_Client):
         self.close()
 
 
-class AsyncSparseEmbeddingClient(_Client):
+class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
     """The asyncio version of :class:`SparseEmbeddingClient`."""
 
     _http_class = httpx.AsyncClient
@@ -169,11 +218,13 @@ class AsyncSparseEmbeddingClient(_Client):
         **options: Unpack[EmbedOptions],
     ) -> SparseEmbeddingResponse:
         """See :meth:`SparseEmbeddingClient.embed`."""
-        body, headers = _prepare(self.model, input, options)
-        return _parse_response(await self._http.post("/pooling", json=body, headers=headers))
+        body, request_id = _prepare(self.model, input, options)
+        response = await self._http.post(self._url, json=body, headers=self._request_headers(request_id))
+        return _parse_response(response)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._owns_http:
+            await self._http.aclose()
 
     async def __aenter__(self) -> AsyncSparseEmbeddingClient:
         return self

@@ -21,6 +21,7 @@ from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
 from .formats import format_sparse
+from .guard import guard_pooling_route
 from .pending import PendingRequests
 from .schemas import (
     SparseEmbedding,
@@ -103,6 +104,9 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
 
     def __init__(self, vllm_config: VllmConfig, renderer: BaseRenderer) -> None:
         super().__init__(vllm_config, renderer)
+        # Each API-server process builds its own processor before it serves:
+        # from here on, --api-key guards /pooling too (guard.py says why here).
+        guard_pooling_route()
         model_config = vllm_config.model_config
         hf_config = model_config.hf_config
         tokenizer = renderer.get_tokenizer()
