@@ -110,6 +110,10 @@ BAD_DATA = [
      "data.input has 1026 tokens, special tokens included; this model takes at most 1024"),
     ("texts over the model's positions", {"input": ["ok", "x " * 1023]},
      "data.input[1] has 1025 tokens"),
+    # The plugin's cap on characters per request (BGE_M3_SPARSE_MAX_CHARS, 8,000,000 by default).
+    ("too many characters", {"input": ["x" * 4_000_001, "y" * 3_999_999, "z"]},
+     "data.input holds 8000001 characters of text; at most 8000000 are allowed per request "
+     "(split the request, or set BGE_M3_SPARSE_MAX_CHARS"),
 ]
 
 

@@ -41,3 +41,25 @@ def test_bounded_evicts_oldest_and_logs(caplog):
 def test_bound_must_be_positive():
     with pytest.raises(ValueError, match="max_size must be >= 1, got 0"):
         PendingRequests(max_size=0)
+
+
+def test_discard_removes_only_its_own_entry():
+    pending = PendingRequests[list](max_size=10)
+    failed, retried = ["failed"], ["retried"]
+    pending.put("r", failed)
+    pending.put("r", retried)  # a retry with the same X-Request-Id
+    assert not pending.discard("r", failed)  # the failed request's end leaves the retry's entry
+    assert pending.discard("r", retried)
+    assert len(pending) == 0
+    assert not pending.discard("r", retried)
+
+
+def test_on_change_reports_every_size():
+    sizes: list[int] = []
+    pending = PendingRequests[int](max_size=2, on_change=sizes.append)
+    pending.put("a", 1)
+    pending.put("b", 2)
+    pending.put("c", 3)  # evicts "a"
+    pending.pop("b")
+    pending.discard("c", 3)
+    assert sizes == [1, 2, 2, 1, 0]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -22,6 +22,8 @@ from vllm.renderers import BaseRenderer
 
 from .formats import format_sparse
 from .guard import guard_pooling_route
+from .limits import MAX_CHARS_ENV, MAX_INPUTS_ENV, MAX_PENDING_ENV, Limits
+from .metrics import set_pending
 from .pending import PendingRequests
 from .schemas import (
     SparseEmbedding,
@@ -39,30 +41,12 @@ __all__ = ["BgeM3SparseProcessor"]
 # A child of the "vllm" logger: our lines go where vLLM's go, at its level.
 logger = logging.getLogger("vllm.plugins." + __name__)
 
-MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
-MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
-DEFAULT_MAX_INPUTS = 1024
-DEFAULT_MAX_PENDING = 65536
-
 # What each pooling task of BgeM3EmbeddingModel puts into an output's data.
 _GIVES_SPARSE = {"embed&token_classify", "token_classify"}
 _GIVES_DENSE = {"embed&token_classify", "embed"}
 _GIVES_COLBERT = {"token_embed"}
 _DEFAULT_TASK = "embed&token_classify"
 _COLBERT_SERVER = """--pooler-config '{"task": "token_embed"}'"""
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
-    if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
-    return value
 
 
 def _item_field(index: int, single: bool) -> str:
@@ -132,9 +116,11 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         start_compiling()
         self.skip_ids = special_token_ids(tokenizer)
         self.decoder = TokenDecoder(tokenizer)
-        self.max_inputs = _env_int(MAX_INPUTS_ENV, DEFAULT_MAX_INPUTS)
+        limits = Limits.from_env()
+        self.max_inputs = limits.max_inputs
+        self.max_chars = limits.max_chars
         self.pending: PendingRequests[_Options] = PendingRequests(
-            _env_int(MAX_PENDING_ENV, DEFAULT_MAX_PENDING)
+            limits.max_pending, on_change=set_pending
         )
 
     # -- request side -------------------------------------------------------
@@ -175,6 +161,14 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
                 parameter="data.input",
             )
+        chars = sum(len(item) for item in inputs if isinstance(item, str))
+        if chars > self.max_chars:
+            raise VLLMValidationError(
+                f"data.input holds {chars} characters of text; at most {self.max_chars} are "
+                f"allowed per request (split the request, or set {MAX_CHARS_ENV} on the "
+                "server to change it)",
+                parameter="data.input",
+            )
         single = isinstance(prompt.input, str) or isinstance(prompt.input[0], int)
         prompts: list[PromptType] = []
         for i, item in enumerate(inputs):
@@ -192,10 +186,9 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                         parameter="data.input",
                     )
                 prompts.append({"prompt_token_ids": list(item)})
-        self.pending.put(
-            request_id,
-            _Options(request=prompt.model_copy(update={"input": ""}), single=single),
-        )
+        options = _Options(request=prompt.model_copy(update={"input": ""}), single=single)
+        self.pending.put(request_id, options)
+        _when_request_ends(lambda: self.pending.discard(request_id, options))
         return prompts
 
     def _check_task(self, request: SparseEmbeddingRequest) -> None:
@@ -326,6 +319,23 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         if request.return_dense:
             for i, start in enumerate(dense_starts.tolist()):
                 dense[i] = values[start : start + dense_size].tolist()
+
+
+def _when_request_ends(callback: Any) -> None:
+    """Call ``callback`` when the server's task for this request ends, however
+    it ends: answered, failed inside vLLM, or abandoned by its client.
+
+    vLLM calls pre_process inside the request's own asyncio task and tells
+    the plugin nothing when a request fails after it, so the task's end is
+    the one sure sign. Offline there is no task: the next call replaces the
+    entry instead.
+    """
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop: LLM.encode
+        return
+    if task is not None:
+        task.add_done_callback(lambda _: callback())
 
 
 def _as_rows(data: Any) -> list[list[float]]:

@@ -1,0 +1,109 @@
+"""What large and abusive requests cost a real server, and other clients meanwhile.
+
+    python benchmarks/bench_abuse.py [--model small|mid] [--body-mb 50] [--long-chars 20000000]
+
+Starts a server on the small model (127.0.0.1 only) twice: with the plugin's
+per-request character cap off (BGE_M3_SPARSE_MAX_CHARS set past every case)
+and at its default. In each, a probe client sends "I love China" again and
+again while one of these is sent:
+
+- max batch: 1,024 texts at the model's maximum length (1,022 one-token
+  words and <s> </s>), a request the server must serve;
+- 50 MB body: a JSON body of that size, 1,000 texts of 50 KB each, with
+  truncation off and with truncate_prompt_tokens;
+- long text: one string of --long-chars characters, with truncation off and
+  on, and one at the plugin's default cap.
+
+Prints, per case: the status and time of the large request, the API server's
+RSS before and at its peak, the engine's peak RSS, and the probe's median and
+worst latency during the case against its median when the server is idle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import documents, model_dir, print_settings  # noqa: E402
+from bge_m3_sparse_plugin.limits import DEFAULT_MAX_CHARS, MAX_CHARS_ENV  # noqa: E402
+from _server import SERVED_MODEL_NAME, BenchServer, PeakRss, Probe, percentile  # noqa: E402
+
+CAP_OFF = str(10**12)
+
+
+def cases(body_mb: int, long_chars: int) -> dict[str, dict]:
+    per_text = 50_000
+    n_texts = body_mb * 1_000_000 // per_text
+    big = [("word " * (per_text // 5)) for _ in range(n_texts)]
+    long = "x " * (long_chars // 2)
+    # 1,021 one-token words, ".", <s> and </s>: 1,024 tokens, the small model's most.
+    return {
+        "max batch (1,024 x 1,024 tokens)": {"data": {"input": documents(1024, 1021)}},
+        f"{body_mb} MB body ({n_texts} x 50 KB texts), truncation off": {"data": {"input": big}},
+        f"{body_mb} MB body ({n_texts} x 50 KB texts), truncate_prompt_tokens 512": {
+            "data": {"input": big}, "truncate_prompt_tokens": 512,
+        },
+        f"long text ({long_chars / 1e6:g} M chars), truncation off": {"data": {"input": long}},
+        f"long text ({long_chars / 1e6:g} M chars), truncate_prompt_tokens 512": {
+            "data": {"input": long}, "truncate_prompt_tokens": 512,
+        },
+        f"long text at the default cap ({DEFAULT_MAX_CHARS / 1e6:g} M chars), truncate_prompt_tokens 512": {
+            "data": {"input": "x " * (DEFAULT_MAX_CHARS // 2)}, "truncate_prompt_tokens": 512,
+        },
+    }
+
+
+def measure(server: BenchServer, name: str, request: dict) -> None:
+    body = json.dumps({"model": SERVED_MODEL_NAME, **request}).encode()
+    rss_before = server.rss_mb()
+    with PeakRss(server.rss_mb) as api, PeakRss(server.engine_rss_mb) as engine, Probe(server.url) as probe:
+        time.sleep(1.0)
+        start = time.perf_counter()
+        resp = httpx.post(
+            server.url + "/pooling", content=body, timeout=900,
+            headers={"Content-Type": "application/json"},
+        )
+        took = time.perf_counter() - start
+        time.sleep(0.5)
+    message = "" if resp.status_code == 200 else resp.json().get("error", {}).get("message", "")[:110]
+    during = probe.latencies
+    print(f"  {name}: body {len(body) / 1e6:.1f} MB -> {resp.status_code} in {took:.2f} s {message}")
+    print(f"    API server RSS {rss_before:.0f} -> peak {api.peak:.0f} MB; engine peak {engine.peak:.0f} MB")
+    print(f"    other client meanwhile: {len(during)} requests, {probe.failures} failed, "
+          f"p50 {percentile(during, 50) * 1000:.0f} ms, max {max(during) * 1000:.0f} ms")
+
+
+def idle_probe(server: BenchServer) -> float:
+    with Probe(server.url) as probe:
+        time.sleep(3)
+    return percentile(probe.latencies, 50)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="small", choices=["small", "mid"])
+    parser.add_argument("--body-mb", type=int, default=50)
+    parser.add_argument("--long-chars", type=int, default=20_000_000)
+    args = parser.parse_args()
+    path = model_dir(args.model)
+    print_settings(model=f"{args.model} ({path})")
+    requests = cases(args.body_mb, args.long_chars)
+    for label, env in (("cap off", {MAX_CHARS_ENV: CAP_OFF}), ("default cap", {})):
+        server = BenchServer(path, Path(f"/tmp/bench_abuse_{label.replace(' ', '_')}.log"), env=env)
+        try:
+            print(f"{label}: idle probe p50 {idle_probe(server) * 1000:.0f} ms")
+            for name, data in requests.items():
+                measure(server, name, data)
+            assert server.proc.poll() is None, "the server died"
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    main()
