@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bge_m3_sparse_plugin import HF_OVERRIDES
+
 SERVED_MODEL_NAME = "bge-m3-tiny"
 
 
@@ -38,7 +40,7 @@ class BenchServer:
             [
                 sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                 "--served-model-name", SERVED_MODEL_NAME, "--runner", "pooling",
-                "--hf-overrides", json.dumps({"architectures": ["BgeM3EmbeddingModel"]}),
+                "--hf-overrides", json.dumps(HF_OVERRIDES),
                 "--io-processor-plugin", "bge_m3_sparse_plugin", "--dtype", "float32",
                 "--gpu-memory-utilization", "0.2", "--host", "127.0.0.1", "--port", str(self.port),
                 *extra_args,

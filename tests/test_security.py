@@ -19,7 +19,7 @@ from bge_m3_sparse_plugin.schemas import SparseEmbeddingResponse
 from ._server import SERVED_MODEL_NAME
 from .conftest import API_KEY
 from .test_online import SEED_INPUT
-from .test_reliability import assert_same_answer, check_concurrent_mixed_requests
+from .test_reliability import assert_same_answer, check_concurrent_mixed_requests, pending_requests
 
 pytestmark = pytest.mark.engine
 
@@ -100,6 +100,8 @@ def test_a_server_without_a_key_changes_nothing(server, unguarded_answer):
 
 def test_concurrent_mixed_requests_through_two_api_servers(keyed_server):
     check_concurrent_mixed_requests(keyed_server, headers=RIGHT)
+    # Both processes' gauges, summed by vLLM's multiprocess /metrics: nothing left behind.
+    assert pending_requests(keyed_server) == 0
 
 
 # -- the client ---------------------------------------------------------------

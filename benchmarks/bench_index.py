@@ -1,0 +1,159 @@
+"""The index command against plain LLM.encode and FlagEmbedding, on one corpus.
+
+    python benchmarks/bench_index.py [--docs 2000] [--model mid|small] [--skip-flag]
+    python benchmarks/bench_index.py --memory [--model small]   # peak memory at 2,000 and 20,000 docs
+
+A corpus of --docs documents of log-normal length (about 30 to 1,000 tokens,
+median about 115; one token per word) is indexed three ways, each on every
+core of the machine:
+- `bge-m3-sparse index` (a subprocess, as a user runs it), sparse and dense;
+- plain `LLM.encode` with the plugin, the same engine settings, the corpus in
+  one call (what the command costs beyond the engine);
+- FlagEmbedding's `BGEM3FlagModel.encode`, batch 32 sorted by length as it
+  does itself, sparse and dense.
+Prints documents/s and tokens/s of each and the ratios; with --memory, the
+command's peak RSS (its process and the engine's) at two corpus sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import CPU_ENGINE_ENV, HF_OVERRIDES, model_dir, print_settings  # noqa: E402
+
+from bge_m3_sparse_plugin.tiny_model import _WORDS  # noqa: E402
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        words = int(min(998, max(28, math.exp(rng.gauss(math.log(113), 0.8)))))
+        docs.append(" ".join(rng.choice(_WORDS) for _ in range(words)) + ".")
+    return docs
+
+
+def write_jsonl(docs: list[str], path: Path) -> None:
+    with open(path, "w") as f:
+        for i, text in enumerate(docs):
+            f.write(json.dumps({"id": str(i), "text": text}) + "\n")
+
+
+def peak_rss_of(proc: subprocess.Popen) -> tuple[threading.Thread, list[float]]:
+    peak = [0.0]
+
+    def sample() -> None:
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                procs = [root, *root.children(recursive=True)]
+                peak[0] = max(peak[0], sum(p.memory_info().rss for p in procs) / 2**20)
+            except psutil.Error:
+                pass
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    return thread, peak
+
+
+def run_command(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[float, float]:
+    """Seconds of the index command (engine start excluded: taken from its own summary) and peak RSS MB."""
+    inp, out = work / "corpus.jsonl", work / f"out-{len(docs)}-{time.time_ns()}"
+    write_jsonl(docs, inp)
+    cmd = [sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(inp), str(out), "--model", str(model),
+           "--dtype", "float32", "--rows-per-shard", "1000", "--no-progress",
+           "--max-num-batched-tokens", "16384", *(["--dense"] if dense else [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+    thread, peak = peak_rss_of(proc)
+    stdout, _ = proc.communicate()
+    thread.join()
+    assert proc.returncode == 0, stdout
+    # "indexed N documents (T tokens) in S s: ..." : the job's time, after the engine started.
+    seconds = float(stdout.split(" in ", 1)[1].split(" s", 1)[0])
+    return seconds, peak[0]
+
+
+def run_plain(model: Path, docs: list[str], dense: bool) -> float:
+    from vllm import LLM
+
+    llm = LLM(model=str(model), runner="pooling", hf_overrides=HF_OVERRIDES,
+              io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
+              gpu_memory_utilization=0.2, max_num_batched_tokens=16384)
+    tokenizer = llm.get_tokenizer()
+    start = time.perf_counter()
+    ids = tokenizer(docs)["input_ids"]
+    for i in range(0, len(ids), 512):
+        llm.encode({"data": {"input": ids[i:i + 512], "sparse_format": "indices_values",
+                             "return_dense": dense}}, pooling_task="plugin", use_tqdm=False)
+    took = time.perf_counter() - start
+    llm.llm_engine.engine_core.shutdown()
+    return took
+
+
+def run_flag(model: Path, docs: list[str]) -> float:
+    import torch
+    from FlagEmbedding import BGEM3FlagModel
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    flag = BGEM3FlagModel(str(model), use_fp16=False, devices="cpu")
+    start = time.perf_counter()
+    flag.encode(docs, batch_size=32, max_length=1024, return_dense=True, return_sparse=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=2000)
+    parser.add_argument("--model", default="mid", choices=["small", "mid"])
+    parser.add_argument("--skip-flag", action="store_true")
+    parser.add_argument("--memory", action="store_true")
+    args = parser.parse_args()
+    for key, value in CPU_ENGINE_ENV.items():
+        os.environ.setdefault(key, value)
+    path = model_dir(args.model)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        if args.memory:
+            print_settings(model=f"{args.model} ({path})")
+            for n in (2000, 20000):
+                seconds, peak = run_command(path, corpus(n), work, dense=False)
+                print(f"  {n:>6} docs: {n / seconds:7.1f} docs/s, peak RSS (command + engine) {peak:,.0f} MB")
+            return
+        docs = corpus(args.docs)
+        from transformers import AutoTokenizer
+
+        tokens = sum(map(len, AutoTokenizer.from_pretrained(path)(docs)["input_ids"]))
+        lengths = sorted(map(len, AutoTokenizer.from_pretrained(path)(docs)["input_ids"]))
+        print_settings(model=f"{args.model} ({path})", docs=args.docs, tokens=tokens,
+                       tokens_per_doc=f"min {lengths[0]}, median {lengths[len(lengths) // 2]}, max {lengths[-1]}")
+        results = {}
+        results["index command"], peak = run_command(path, docs, work, dense=True)
+        results["plain LLM.encode"] = run_plain(path, docs, dense=True)
+        if not args.skip_flag:
+            results["FlagEmbedding encode"] = run_flag(path, docs)
+        for name, seconds in results.items():
+            print(f"  {name:<22} {seconds:8.1f} s  {args.docs / seconds:7.1f} docs/s  {tokens / seconds:9.0f} tokens/s")
+        print(f"  index command peak RSS (command + engine): {peak:,.0f} MB")
+        base = results["index command"]
+        print(f"  index command / plain LLM.encode: {results['plain LLM.encode'] / base:.3f} (goal >= 0.95)")
+        if "FlagEmbedding encode" in results:
+            print(f"  index command / FlagEmbedding: {results['FlagEmbedding encode'] / base:.2f}x (goal >= 2.5x)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""``bge-m3-sparse``: the plugin's command line (``python -m bge_m3_sparse_plugin`` too).
+
+Each subcommand imports what it needs when it runs, so that ``--help`` is quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .index import command as index_command
+
+    parser = argparse.ArgumentParser(prog="bge-m3-sparse", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    index = commands.add_parser(
+        "index", help="turn a corpus into sparse (and dense) vectors, in Parquet shards",
+        usage="bge-m3-sparse index INPUT [INPUT ...] OUTPUT --model MODEL [options]",
+        description="Turn a corpus into BGE-M3 sparse (and dense) vectors, in Parquet shards, "
+                    "resumably.",
+        epilog=index_command.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    index_command.add_arguments(index)
+    args = parser.parse_args(argv)
+    if args.command == "index":
+        return index_command.run(args, index)
+    parser.error(f"unknown command {args.command!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The output folder: Parquet shards written whole, the manifest, the error log.
+
+A shard is written under a temporary name and renamed when complete, then
+recorded in ``_manifest.json`` (itself replaced whole): a reader never sees
+half a shard, and a shard in the manifest is never written again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "MANIFEST",
+    "ERRORS",
+    "Manifest",
+    "OutputMismatch",
+    "ShardRows",
+    "shard_name",
+    "write_shard",
+    "read_errors",
+    "keep_errors",
+    "append_errors",
+]
+
+MANIFEST = "_manifest.json"
+ERRORS = "_errors.jsonl"
+FORMAT_VERSION = 1
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}.parquet"
+
+
+class OutputMismatch(Exception):
+    """The output folder was made by a run with other settings."""
+
+
+@dataclass
+class Manifest:
+    """What made the output (``job``) and which shards are done."""
+
+    job: dict[str, Any]
+    shards: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, folder: Path, job: dict[str, Any]) -> Manifest:
+        """The folder's manifest, or a new one; refuses one made for another job."""
+        path = folder / MANIFEST
+        if not path.exists():
+            return cls(job=job)
+        saved = json.loads(path.read_text())
+        differences = [
+            f"{key}: {saved['job'].get(key)!r} there, {job.get(key)!r} now"
+            for key in sorted(set(saved["job"]) | set(job))
+            if key not in _NOT_COMPARED and saved["job"].get(key) != job.get(key)
+        ]
+        if differences:
+            raise OutputMismatch(
+                f"{folder} holds the output of another job ({'; '.join(differences)}). "
+                f"Re-run with the same settings to resume it, or start fresh: remove the folder "
+                f"(rm -r {folder}) or give another OUTPUT"
+            )
+        return cls(job=saved["job"], shards=saved.get("shards", {}))
+
+    def save(self, folder: Path) -> None:
+        body = {"format": FORMAT_VERSION, "job": self.job, "shards": self.shards}
+        _replace(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
+
+    def totals(self) -> dict[str, int]:
+        keys = ("rows", "documents", "errors", "tokens")
+        return {k: sum(s.get(k, 0) for s in self.shards.values()) for k in keys}
+
+
+# Versions are recorded, not compared: a resumed run on a newer plugin or
+# vLLM of the same model and options gives the same vectors.
+_NOT_COMPARED = {"plugin_version", "vllm_version"}
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class ShardRows:
+    """The columns of one shard."""
+
+    ids: list[str] = field(default_factory=list)
+    indices: list[list[int]] = field(default_factory=list)
+    values: list[list[float]] = field(default_factory=list)
+    num_tokens: list[int] = field(default_factory=list)
+    dense: list[list[float]] | None = None
+
+
+def write_shard(folder: Path, name: str, rows: ShardRows, dense_size: int | None) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns: dict[str, Any] = {
+        "id": pa.array(rows.ids, pa.string()),
+        "indices": pa.array(rows.indices, pa.list_(pa.int32())),
+        "values": pa.array(rows.values, pa.list_(pa.float32())),
+        "num_tokens": pa.array(rows.num_tokens, pa.int32()),
+    }
+    if dense_size is not None:
+        columns["dense"] = pa.array(rows.dense or [], pa.list_(pa.float32(), dense_size))
+    table = pa.table(columns)
+    tmp = folder / (name + ".tmp")
+    pq.write_table(table, tmp)
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / name)
+
+
+def read_errors(folder: Path) -> list[dict[str, Any]]:
+    path = folder / ERRORS
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def keep_errors(folder: Path, shards: Iterable[str]) -> None:
+    """Keep only the errors of these shards: a shard that was not recorded as
+    done is done again, and its errors found again."""
+    done = set(shards)
+    errors = read_errors(folder)
+    kept = [e for e in errors if e.get("shard") in done]
+    if len(kept) != len(errors):
+        _replace(folder / ERRORS, "".join(json.dumps(e) + "\n" for e in kept).encode())
+
+
+def append_errors(folder: Path, errors: list[dict[str, Any]]) -> None:
+    if not errors:
+        return
+    with open(folder / ERRORS, "a") as f:
+        f.write("".join(json.dumps(e) + "\n" for e in errors))
+        f.flush()
+        os.fsync(f.fileno())

@@ -1,0 +1,212 @@
+"""`bge-m3-sparse index`, run as a user runs it: a real engine in a subprocess,
+a generated corpus in the three input formats, FlagEmbedding as the reference."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bge_m3_sparse_plugin.tiny_model import _WORDS
+
+pytestmark = pytest.mark.engine
+
+ROWS_PER_SHARD = 40
+N_PER_FORMAT = 100
+
+
+def texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 120))) for _ in range(n)]
+
+
+BAD_JSONL_LINES = [
+    (b'{"id": "empty", "text": ""}', "the text is empty"),
+    (b'{"id": "number", "text": 42}', "the text is int, not a string"),
+    (b'{"id": "null", "text": null}', "the text is null, not a string"),
+    (b'{"id": "list", "text": ["a", "b"]}', "the text is list, not a string"),
+    (b'{"id": "no-text", "body": "a text under another name"}', "no 'text' field"),
+    (b'{"id": "bytes", "text": "caf\xe9 au lait"}', "undecodable bytes"),
+    (("{\"id\": \"too-long\", \"text\": \"" + "word " * 1100 + "\"}").encode(), "tokens, more than the model's 1024"),
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict:
+    """100 rows each of JSONL (with the bad rows among them), Parquet and CSV."""
+    folder = tmp_path_factory.mktemp("corpus")
+    jsonl_texts, parquet_texts, csv_texts = texts(N_PER_FORMAT, 1), texts(N_PER_FORMAT, 2), texts(N_PER_FORMAT, 3)
+    lines = [json.dumps({"id": f"j{i}", "text": t}).encode() for i, t in enumerate(jsonl_texts)]
+    for k, (line, _) in enumerate(BAD_JSONL_LINES):
+        lines.insert(10 + 13 * k, line)
+    (folder / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    pq.write_table(
+        pa.table({"id": [f"p{i}" for i in range(N_PER_FORMAT)], "text": parquet_texts}), folder / "b.parquet"
+    )
+    with open(folder / "c.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text"])  # no id column: ids are file name and row
+        writer.writerows([t] for t in csv_texts)
+    good = {f"j{i}": t for i, t in enumerate(jsonl_texts)}
+    good |= {f"p{i}": t for i, t in enumerate(parquet_texts)}
+    good |= {f"c.csv:{i}": t for i, t in enumerate(csv_texts)}
+    bytes_row = lines.index(BAD_JSONL_LINES[5][0])
+    return {"folder": folder, "good": good, "rows": len(lines) + 2 * N_PER_FORMAT, "bytes_row": bytes_row}
+
+
+def index_cmd(model_dir: Path, corpus: dict, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(corpus["folder"]), str(out),
+        "--model", str(model_dir), "--dtype", "float32", "--rows-per-shard", str(ROWS_PER_SHARD),
+        "--batch-size", "16", *extra,
+    ]
+
+
+def run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def read_output(out: Path) -> dict[str, dict]:
+    table = pq.read_table(sorted(out.glob("part-*.parquet")))
+    rows = table.to_pylist()
+    by_id = {row["id"]: row for row in rows}
+    assert len(by_id) == len(rows), "an id appears twice"
+    return by_id
+
+
+def shard_stats(out: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in out.glob("part-*.parquet")}
+
+
+@pytest.fixture(scope="module")
+def first_run(model_dir, corpus, tmp_path_factory):
+    out = tmp_path_factory.mktemp("index") / "vectors"
+    result = run(index_cmd(model_dir, corpus, out))
+    return out, result
+
+
+def test_every_good_row_equals_flagembedding(first_run, corpus, flag_model):
+    out, result = first_run
+    rows = read_output(out)
+    assert set(rows) == set(corpus["good"]), result.stderr[-2000:]
+    ids = sorted(rows)
+    flag = flag_model.encode([corpus["good"][i] for i in ids], return_sparse=True, max_length=1024, batch_size=32)
+    for rid, weights in zip(ids, flag["lexical_weights"]):
+        row = rows[rid]
+        assert row["indices"] == [int(k) for k in weights], rid
+        np.testing.assert_allclose(row["values"], [float(v) for v in weights.values()], rtol=1e-5, atol=1e-6)
+    # Not vacuous: the random model gives a short text no weight now and then, not often.
+    assert sum(1 for row in rows.values() if row["indices"]) >= 0.9 * len(rows)
+    schema = pq.read_schema(next(out.glob("part-*.parquet")))
+    assert schema.field("indices").type == pa.list_(pa.int32())
+    assert schema.field("values").type == pa.list_(pa.float32())
+    assert schema.field("num_tokens").type == pa.int32()
+    assert "dense" not in schema.names
+
+
+def test_num_tokens_are_the_tokenizers(first_run, corpus, tokenizer):
+    out, _ = first_run
+    rows = read_output(out)
+    assert {rid: row["num_tokens"] for rid, row in rows.items()} == {
+        rid: len(tokenizer(text)["input_ids"]) for rid, text in corpus["good"].items()
+    }
+
+
+def test_bad_rows_are_listed_and_the_exit_status_says_so(first_run, corpus):
+    out, result = first_run
+    assert result.returncode == 1, result.stderr[-2000:]
+    errors = [json.loads(line) for line in (out / "_errors.jsonl").read_text().splitlines()]
+    by_id = {e["id"]: e for e in errors}
+    assert len(errors) == len(BAD_JSONL_LINES) == len(by_id)
+    bytes_id = f"a.jsonl:{corpus['bytes_row']}"  # undecodable: no id could be read, so file and row
+    expected_ids = ["empty", "number", "null", "list", "no-text", bytes_id, "too-long"]
+    assert sorted(by_id) == sorted(expected_ids)
+    for rid, (_, reason) in zip(expected_ids, BAD_JSONL_LINES):
+        assert reason in by_id[rid]["reason"], by_id[rid]
+        assert by_id[rid]["file"].endswith("a.jsonl")
+    assert by_id[bytes_id]["row"] == corpus["bytes_row"]
+    assert f"indexed {len(corpus['good'])} documents" in result.stdout
+    assert "7 bad rows, listed in" in result.stdout
+
+
+def test_progress_and_summary(first_run, corpus):
+    _, result = first_run
+    assert "indexing" in result.stderr and "doc" in result.stderr and "tokens/s" in result.stderr
+    shards = -(-corpus["rows"] // ROWS_PER_SHARD)
+    assert f"{shards} shards written, 0 already done" in result.stdout
+
+
+def test_manifest_records_the_job_and_every_shard(first_run, corpus, model_dir):
+    out, _ = first_run
+    manifest = json.loads((out / "_manifest.json").read_text())
+    shards = manifest["shards"]
+    assert sorted(shards) == sorted(p.name for p in out.glob("part-*.parquet"))
+    assert sum(s["rows"] for s in shards.values()) == corpus["rows"]
+    assert sum(s["documents"] for s in shards.values()) == len(corpus["good"])
+    job = manifest["job"]
+    assert job["model"] == str(model_dir.resolve())
+    assert (job["top_k"], job["truncate"], job["dense"], job["rows_per_shard"]) == (None, None, False, 40)
+    assert not list(out.glob("*.tmp"))
+
+
+def test_rerun_skips_every_shard_and_rewrites_none(first_run, model_dir, corpus):
+    out, _ = first_run
+    before = shard_stats(out)
+    result = run(index_cmd(model_dir, corpus, out, "--allow-errors", "--no-progress"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"0 shards written, {len(before)} already done" in result.stdout
+    assert shard_stats(out) == before
+
+
+def test_other_options_are_refused_and_change_nothing(first_run, model_dir, corpus):
+    out, _ = first_run
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    result = run(index_cmd(model_dir, corpus, out, "--top-k", "5"))
+    assert result.returncode == 2
+    assert "top_k: None there, 5 now" in result.stderr
+    assert f"rm -r {out}" in result.stderr
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, corpus, tmp_path):
+    out = tmp_path / "vectors"
+    proc = subprocess.Popen(
+        index_cmd(model_dir, corpus, out, "--no-progress"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )
+    manifest = out / "_manifest.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if manifest.exists() and json.loads(manifest.read_text())["shards"]:
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = json.loads(manifest.read_text())["shards"]
+    total = -(-corpus["rows"] // ROWS_PER_SHARD)
+    assert 1 <= len(done) < total, "the run was not killed part-way"
+    kept = {name: stat for name, stat in shard_stats(out).items() if name in done}
+    result = run(index_cmd(model_dir, corpus, out, "--allow-errors", "--no-progress"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{total - len(done)} shards written, {len(done)} already done" in result.stdout
+    assert {name: stat for name, stat in shard_stats(out).items() if name in done} == kept
+    first_out, _ = first_run
+    resumed, first = read_output(out), read_output(first_out)
+    assert sorted(resumed) == sorted(first)
+    for rid, row in first.items():
+        assert resumed[rid]["indices"] == row["indices"], rid
+        assert resumed[rid]["num_tokens"] == row["num_tokens"], rid
+        np.testing.assert_allclose(resumed[rid]["values"], row["values"], rtol=1e-5, atol=1e-6)
+    errors = sorted(e["id"] for e in map(json.loads, (out / "_errors.jsonl").read_text().splitlines()))
+    assert errors == sorted(e["id"] for e in map(json.loads, (first_out / "_errors.jsonl").read_text().splitlines()))

@@ -1,0 +1,133 @@
+"""The index job's parts that need no engine: reading, sharding, the output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bge_m3_sparse_plugin.index.job import shards_of
+from bge_m3_sparse_plugin.index.output import (
+    ERRORS,
+    Manifest,
+    OutputMismatch,
+    ShardRows,
+    append_errors,
+    keep_errors,
+    read_errors,
+    write_shard,
+)
+from bge_m3_sparse_plugin.index.reader import Row, check_text, count_rows, read_rows, resolve_inputs
+
+
+def rows_of(path: Path, **kw) -> list[tuple]:
+    return [(r.id, r.text, r.row, r.problem) for r in read_rows([path], **kw)]
+
+
+def test_jsonl_rows_keep_ids_and_report_unreadable_lines(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(
+        b'{"id": 7, "text": "a"}\n\n{"text": "no id"}\n{"id": "x", "body": "b"}\n'
+        b'not json\n[1, 2]\n{"id": "bad", "text": "\xff"}\n'
+    )
+    assert rows_of(path) == [
+        ("7", "a", 0, None),
+        ("docs.jsonl:2", "no id", 2, None),
+        ("x", None, 3, "no 'text' field"),
+        ("docs.jsonl:4", None, 4, "not valid JSON: Expecting value"),
+        ("docs.jsonl:5", None, 5, "a JSON list, not an object"),
+        ("docs.jsonl:6", None, 6, "undecodable bytes: invalid start byte at byte 23"),
+    ]
+    assert count_rows([path]) == 6
+
+
+def test_csv_rows_with_quoted_newlines_and_other_columns(tmp_path):
+    path = tmp_path / "docs.csv"
+    path.write_bytes(b'id,text\n1,"one, with a comma"\n2,"two\nlines"\n,no id\n3,caf\xe9\n')
+    assert rows_of(path) == [
+        ("1", "one, with a comma", 0, None),
+        ("2", "two\nlines", 1, None),
+        ("docs.csv:2", "no id", 2, None),
+        ("docs.csv:3", None, 3, "undecodable bytes: invalid continuation byte at byte 5"),
+    ]
+    assert count_rows([path]) == 4
+    assert rows_of(path, text_column="body")[0] == ("1", None, 0, "no 'body' column")
+
+
+def test_parquet_rows_and_a_missing_text_column(tmp_path):
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"id": ["a", None], "text": ["x", None]}), path)
+    assert rows_of(path) == [("a", "x", 0, None), ("docs.parquet:1", None, 1, None)]
+    assert rows_of(path, text_column="body") == [
+        ("a", None, 0, "no 'body' column"), ("docs.parquet:1", None, 1, "no 'body' column")
+    ]
+    assert count_rows([path]) == 2
+
+
+def test_inputs_from_folders_globs_and_files_in_a_stable_order(tmp_path):
+    for name in ("b.jsonl", "a.csv", "sub/c.parquet", "notes.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert [p.name for p in resolve_inputs([str(tmp_path)])] == ["a.csv", "b.jsonl", "c.parquet"]
+    assert [p.name for p in resolve_inputs([str(tmp_path / "*.jsonl")])] == ["b.jsonl"]
+    with pytest.raises(ValueError, match="unknown format '.txt'"):
+        resolve_inputs([str(tmp_path / "notes.txt")])
+    with pytest.raises(ValueError, match="no such file, folder or glob match"):
+        resolve_inputs([str(tmp_path / "missing.jsonl")])
+
+
+@pytest.mark.parametrize(
+    "value,reason",
+    [("ok", None), ("", "the text is empty"), ("  \n", "the text is empty"),
+     (3, "the text is int, not a string"), (None, "the text is null, not a string"),
+     (["a"], "the text is list, not a string"), (1.5, "the text is float, not a string")],
+)
+def test_check_text(value, reason):
+    assert check_text(value) == reason
+
+
+def test_shards_are_consecutive_rows_of_fixed_size():
+    rows = iter([Row(str(i), "t", "f", i) for i in range(7)])
+    assert [(i, [r.row for r in chunk]) for i, chunk in shards_of(rows, 3)] == [
+        (0, [0, 1, 2]), (1, [3, 4, 5]), (2, [6])
+    ]
+
+
+def test_manifest_refuses_another_job_and_ignores_versions(tmp_path):
+    job = {"model": "m", "top_k": None, "plugin_version": "0.1.0", "vllm_version": "0.32.0"}
+    manifest = Manifest.open(tmp_path, job)
+    manifest.shards["part-00000.parquet"] = {"rows": 3, "documents": 2, "errors": 1, "tokens": 9}
+    manifest.save(tmp_path)
+    again = Manifest.open(tmp_path, {**job, "plugin_version": "0.2.0", "vllm_version": "0.33.1"})
+    assert again.shards == manifest.shards
+    assert again.totals() == {"rows": 3, "documents": 2, "errors": 1, "tokens": 9}
+    with pytest.raises(OutputMismatch) as info:
+        Manifest.open(tmp_path, {**job, "top_k": 5, "model": "other"})
+    message = str(info.value)
+    assert "model: 'm' there, 'other' now; top_k: None there, 5 now" in message
+    assert f"rm -r {tmp_path}" in message
+
+
+def test_errors_of_unfinished_shards_are_dropped_on_resume(tmp_path):
+    append_errors(tmp_path, [{"id": "a", "shard": "part-00000.parquet"}])
+    append_errors(tmp_path, [{"id": "b", "shard": "part-00001.parquet"}])
+    keep_errors(tmp_path, ["part-00000.parquet"])
+    assert read_errors(tmp_path) == [{"id": "a", "shard": "part-00000.parquet"}]
+    assert (tmp_path / ERRORS).read_text() == json.dumps({"id": "a", "shard": "part-00000.parquet"}) + "\n"
+
+
+def test_shard_columns_and_types(tmp_path):
+    rows = ShardRows(ids=["a"], indices=[[3, 1]], values=[[0.5, 0.25]], num_tokens=[4], dense=[[0.1, 0.2]])
+    write_shard(tmp_path, "part-00000.parquet", rows, dense_size=2)
+    table = pq.read_table(tmp_path / "part-00000.parquet")
+    assert table.schema == pa.schema([
+        ("id", pa.string()), ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float32())),
+        ("num_tokens", pa.int32()), ("dense", pa.list_(pa.float32(), 2)),
+    ])
+    assert table.to_pylist() == [
+        {"id": "a", "indices": [3, 1], "values": [0.5, 0.25], "num_tokens": 4, "dense": pytest.approx([0.1, 0.2])}
+    ]
+    assert not list(tmp_path.glob("*.tmp"))
