@@ -10,6 +10,7 @@ import pytest
 from bge_m3_sparse_plugin import HF_OVERRIDES
 from bge_m3_sparse_plugin.tiny_model import build_tiny_model
 
+from ._index_corpus import index_cmd, make_corpus, run
 from ._server import Server
 
 
@@ -135,3 +136,16 @@ def env_keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     )
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """300 generated rows in JSONL (with one of each bad row), Parquet and CSV."""
+    return make_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def first_run(model_dir: Path, corpus: dict, tmp_path_factory: pytest.TempPathFactory):
+    """`bge-m3-sparse index` over the corpus, once for the session."""
+    out = tmp_path_factory.mktemp("index") / "vectors"
+    return out, run(index_cmd(model_dir, corpus, out))

@@ -42,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="vLLM's setting (default: 0.9 on a GPU, 0.2 on a CPU, where it is RAM)")
     parser.add_argument("--max-num-batched-tokens", type=int, help="vLLM's setting")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's setting")
+    parser.add_argument("--sink", metavar="KIND:TARGET",
+                        help="also load the vectors into milvus-lite:PATH, qdrant:PATH (both "
+                             "in-process), milvus:URI or qdrant:URL (servers)")
+    parser.add_argument("--collection", default="bge_m3_sparse",
+                        help="the --sink collection (default: bge_m3_sparse)")
     parser.add_argument("--allow-errors", action="store_true",
                         help="exit 0 even when some rows were bad")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -104,6 +109,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .job import Job, run_job
     from .output import ERRORS, OutputMismatch
     from .reader import count_rows, resolve_inputs
+    from .sinks import open_sink, parse_sink
 
     *inputs, out = args.paths
     output = Path(out)
@@ -111,6 +117,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         files = resolve_inputs(inputs)
     except ValueError as exc:
         parser.error(str(exc))
+    sink = None
+    if args.sink is not None:
+        try:
+            sink = parse_sink(args.sink, args.collection)
+        except ValueError as exc:
+            parser.error(str(exc))
     options = EncodeOptions(
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense
     )
@@ -126,13 +138,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         input_sizes=[f.stat().st_size for f in files], id_column=args.id_column,
         text_column=args.text_column, rows_per_shard=args.rows_per_shard, options=options,
         dtype=args.dtype, max_model_len=args.max_model_len, plugin_version=__version__,
-        vllm_version=installed_vllm_version(),
+        vllm_version=installed_vllm_version(), sink=sink.describe() if sink else None,
     )
     progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
     try:
         summary = run_job(
             job, files, output, lambda: Encoder(model, options, settings), args.batch_size,
             progress.advance, progress.start,
+            (lambda dense_size: open_sink(sink, dense_size)) if sink else None,
         )
     except OutputMismatch as exc:
         print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
@@ -153,6 +166,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"output: {output}/ holds {totals['documents']:,} documents in {len(list(output.glob('part-*.parquet')))} "
         f"shards; {totals['errors']:,} bad rows" + (f", listed in {output / ERRORS}" if totals["errors"] else "")
     )
+    if sink is not None:
+        print(f"loaded into {sink.describe()}")
     if totals["errors"] and not args.allow_errors:
         return 1
     return 0

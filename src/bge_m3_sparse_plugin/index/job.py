@@ -38,6 +38,12 @@ class EncoderLike(Protocol):
     def encode(self, token_ids: list[list[int]]) -> Encoded: ...
 
 
+class SinkLike(Protocol):
+    def upsert(self, rows: ShardRows) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Job:
     """Everything that decides the output: a resumed run must match it."""
@@ -53,6 +59,7 @@ class Job:
     max_model_len: int | None
     plugin_version: str
     vllm_version: str | None
+    sink: str | None = None  # "KIND:TARGET collection NAME", or None
 
     def as_manifest(self) -> dict[str, Any]:
         job = asdict(self)
@@ -132,6 +139,7 @@ def run_job(
     batch_size: int,
     progress: Callable[[int, int], None] | None = None,
     on_engine_ready: Callable[[], None] | None = None,
+    open_sink: Callable[[int | None], SinkLike] | None = None,
 ) -> Summary:
     """Do the shards not done yet. ``progress(rows, tokens)`` after each shard,
     done or skipped; ``on_engine_ready()`` once the engine has started (the
@@ -147,6 +155,7 @@ def run_job(
     started = time.perf_counter()
     engine_seconds = 0.0
     encoder: EncoderLike | None = None
+    sink: SinkLike | None = None
     rows = read_rows(files, job.id_column, job.text_column)
     for index, chunk in shards_of(rows, job.rows_per_shard):
         name = shard_name(index)
@@ -162,8 +171,12 @@ def run_job(
             engine_seconds = time.perf_counter() - engine_started
             if on_engine_ready:
                 on_engine_ready()
+            if open_sink is not None:
+                sink = open_sink(encoder.hidden_size if job.options.dense else None)
         shard, errors = encode_shard(encoder, chunk, name, batch_size, job.options.dense)
         write_shard(output, name, shard, encoder.hidden_size if job.options.dense else None)
+        if sink is not None:
+            sink.upsert(shard)  # keyed on the id: a shard loaded twice leaves each point once
         append_errors(output, errors)
         tokens = sum(shard.num_tokens)
         manifest.shards[name] = {
@@ -177,6 +190,8 @@ def run_job(
         summary.tokens += tokens
         if progress:
             progress(len(chunk), tokens)
+    if sink is not None:
+        sink.close()
     if not manifest.shards:
         manifest.save(output)  # an empty corpus still leaves a manifest
     summary.seconds = time.perf_counter() - started - engine_seconds
