@@ -23,7 +23,7 @@ start_server() {
     --served-model-name bge-m3-tiny --runner pooling \
     --hf-overrides '{"architectures": ["BgeM3EmbeddingModel"]}' \
     --io-processor-plugin bge_m3_sparse_plugin \
-    --dtype float32 --gpu-memory-utilization 0.2 --port "$PORT" "$@" \
+    --dtype float32 --gpu-memory-utilization 0.2 --host 127.0.0.1 --port "$PORT" "$@" \
     >"$log" 2>&1 &
   server_pid=$!
   trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT

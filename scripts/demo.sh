@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (once), then run the plugin on the built-in small model: offline
-# through LLM.encode, and online through a started server (POST /pooling),
-# by hand and with the typed client.
+# through LLM.encode; a sample corpus indexed into an embedded Qdrant; and
+# online through a started server (POST /pooling), by hand and with the typed
+# client, ending with a search of the indexed corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_common.sh
@@ -12,6 +13,11 @@ cores=$(nproc)
 VLLM_CPU_OMP_THREADS_BIND="0-$((cores - 1))" VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS="$cores" \
   VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
 
+echo "== index: bge-m3-sparse index examples/sample_corpus.jsonl (into models/vectors and Qdrant)"
+rm -rf models/vectors models/qdrant
+.venv/bin/bge-m3-sparse index examples/sample_corpus.jsonl models/vectors --model "$MODEL_DIR" \
+  --dtype float32 --rows-per-shard 100 --sink qdrant:models/qdrant --no-progress
+
 start_server models/server.log
 
 echo "== online: examples/online.py"
@@ -20,3 +26,6 @@ echo "== online: examples/online_curl.sh"
 bash examples/online_curl.sh "http://127.0.0.1:$PORT" bge-m3-tiny
 echo "== online: examples/client.py (the typed client)"
 "$PY" examples/client.py --url "http://127.0.0.1:$PORT"
+echo "== search the indexed corpus: examples/search_index.py"
+"$PY" examples/search_index.py --url "http://127.0.0.1:$PORT" --qdrant models/qdrant \
+  --corpus examples/sample_corpus.jsonl "river sky language"
