@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ._server import SERVED_MODEL_NAME
-from .parity import ATOL, RTOL, assert_sparse_equal, flag_reference
+from .parity import ATOL, RTOL, flag_reference
 from .reference import reference_prune
 from .test_online import pooling, post
 from .texts import LONG_TEXT, PARITY_TEXTS

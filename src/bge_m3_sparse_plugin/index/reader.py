@@ -162,7 +162,7 @@ def count_rows(files: list[Path]) -> int:
             total += pq.ParquetFile(path).metadata.num_rows
         else:
             with open(path, "rb") as f:
-                records = _csv_records(iter(f)) if kind == "csv" else (l for l in f if l.strip())
+                records = _csv_records(iter(f)) if kind == "csv" else (line for line in f if line.strip())
                 n = sum(1 for _ in records)
             total += n - 1 if kind == "csv" and n else n
     return total
