@@ -93,9 +93,14 @@ def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFact
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _quiet_env():
+def _clean_env():
+    """The plugin's and vLLM's variables from a developer's shell would change
+    what the servers and engines started here do: none of them get through.
+    Tests that need one pass it to the server they start."""
+    removed = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("BGE_M3_SPARSE_", "VLLM_"))}
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
+    os.environ.update(removed)
 
 
 @pytest.fixture(scope="session")

