@@ -15,6 +15,7 @@ result; the tests compare each with FlagEmbedding's loop.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -190,6 +191,9 @@ def start_compiling() -> None:
         _compile_thread = threading.Thread(
             target=run, name="bge-m3-sparse-compile", daemon=True
         )
+        # A short-lived process (an offline script, the index command) must not
+        # tear down the interpreter while this thread is inside LLVM.
+        atexit.register(_compile_thread.join, 60)
     _compile_thread.start()
 
 

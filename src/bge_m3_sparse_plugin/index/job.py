@@ -37,6 +37,8 @@ class EncoderLike(Protocol):
 
     def encode(self, token_ids: list[list[int]]) -> Encoded: ...
 
+    def close(self) -> None: ...
+
 
 class SinkLike(Protocol):
     def upsert(self, rows: ShardRows) -> None: ...
@@ -192,6 +194,10 @@ def run_job(
             progress(len(chunk), tokens)
     if sink is not None:
         sink.close()
+    if encoder is not None:
+        # Stopped here, not by the interpreter's teardown, where vLLM's engine
+        # shutdown raced other threads and the process could abort (SIGABRT).
+        encoder.close()
     if not manifest.shards:
         manifest.save(output)  # an empty corpus still leaves a manifest
     summary.seconds = time.perf_counter() - started - engine_seconds
