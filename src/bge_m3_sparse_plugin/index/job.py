@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 from .engine import Encoded, EncodeOptions
 from .output import (
-    ERRORS,
     Manifest,
     ShardRows,
     append_errors,
@@ -204,7 +203,3 @@ def run_job(
     summary.engine_seconds = engine_seconds
     summary.totals = manifest.totals()
     return summary
-
-
-def errors_path(output: Path) -> Path:
-    return output / ERRORS
