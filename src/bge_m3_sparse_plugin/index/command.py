@@ -49,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the --sink collection (default: bge_m3_sparse)")
     parser.add_argument("--allow-errors", action="store_true",
                         help="exit 0 even when some rows were bad")
+    parser.add_argument("--ray", action="store_true",
+                        help="run on Ray Data: a local Ray on this machine, or the cluster of "
+                             "--ray-address (needs the [ray] extra, and the plugin on every node)")
+    parser.add_argument("--ray-address", metavar="ADDR",
+                        help="an existing Ray cluster (ray://HOST:10001, HOST:6379 or auto); implies --ray")
+    parser.add_argument("--replicas", type=int,
+                        help="with Ray: engines (default: one per GPU; on CPUs, one per "
+                             "--cores-per-replica cores of each node)")
+    parser.add_argument("--cores-per-replica", type=int,
+                        help="with Ray on CPUs: cores each engine binds (default: the smallest node's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--verbose", action="store_true", help="show vLLM's own log (otherwise errors only)")
 
@@ -59,11 +69,14 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     for name, value, low in (
         ("--rows-per-shard", args.rows_per_shard, 1), ("--batch-size", args.batch_size, 1),
         ("--top-k", args.top_k, 1), ("--truncate", args.truncate, 2),
+        ("--replicas", args.replicas, 1), ("--cores-per-replica", args.cores_per_replica, 1),
     ):
         if value is not None and value < low:
             parser.error(f"{name} must be >= {low}, got {value}")
     if args.batch_size > 1024:
         parser.error(f"--batch-size must be <= 1024 (the plugin's inputs per request), got {args.batch_size}")
+    if (args.replicas or args.cores_per_replica) and not (args.ray or args.ray_address):
+        parser.error("--replicas and --cores-per-replica go with --ray or --ray-address")
     if args.min_weight is not None and args.min_weight < 0:
         parser.error(f"--min-weight must be >= 0, got {args.min_weight}")
 
@@ -96,6 +109,34 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _run_on_ray(args: argparse.Namespace, job: Any, files: list[Path], output: Path, settings: Any,
+                open_the_sink: Any) -> Any:
+    try:
+        import ray.data  # noqa: F401
+    except ImportError:
+        print("bge-m3-sparse index: --ray needs Ray Data: pip install 'bge-m3-sparse-plugin[ray]'",
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    from .cluster import RaySettings, run_job_on_ray
+    from .reader import count_rows
+
+    dense_size = None
+    if job.options.dense:
+        from transformers import AutoConfig
+
+        dense_size = int(AutoConfig.from_pretrained(job.model).hidden_size)
+    ray_settings = RaySettings(
+        address=args.ray_address, replicas=args.replicas, cores_per_replica=args.cores_per_replica,
+        log_to_driver=args.verbose,
+    )
+    progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
+    try:
+        return run_job_on_ray(job, files, output, settings, ray_settings, args.batch_size,
+                              open_the_sink, dense_size, progress.advance, progress.start)
+    finally:
+        progress.close()
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -140,18 +181,22 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         dtype=args.dtype, max_model_len=args.max_model_len, plugin_version=__version__,
         vllm_version=installed_vllm_version(), sink=sink.describe() if sink else None,
     )
-    progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
+    open_the_sink = (lambda dense_size: open_sink(sink, dense_size)) if sink else None
     try:
-        summary = run_job(
-            job, files, output, lambda: Encoder(model, options, settings), args.batch_size,
-            progress.advance, progress.start,
-            (lambda dense_size: open_sink(sink, dense_size)) if sink else None,
-        )
+        if args.ray or args.ray_address:
+            summary = _run_on_ray(args, job, files, output, settings, open_the_sink)
+        else:
+            progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
+            try:
+                summary = run_job(
+                    job, files, output, lambda: Encoder(model, options, settings), args.batch_size,
+                    progress.advance, progress.start, open_the_sink,
+                )
+            finally:
+                progress.close()
     except OutputMismatch as exc:
         print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
         return 2
-    finally:
-        progress.close()
     rate = summary.documents / summary.seconds if summary.seconds else 0.0
     totals = summary.totals
     engine = f" (engine start {summary.engine_seconds:.1f} s)" if summary.engine_seconds else ""

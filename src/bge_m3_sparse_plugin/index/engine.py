@@ -133,4 +133,6 @@ class Encoder:
         )
 
     def close(self) -> None:
+        # vLLM waits up to 5 s for its engine process, then kills it. A shorter
+        # wait was tried: the kill leaves a "leaked shared_memory" warning.
         self.llm.llm_engine.engine_core.shutdown()

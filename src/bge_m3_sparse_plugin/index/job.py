@@ -25,7 +25,10 @@ from .output import (
 )
 from .reader import Row, check_text, read_rows
 
-__all__ = ["Job", "Summary", "run_job", "shards_of"]
+__all__ = [
+    "Job", "Summary", "Vector", "ShardWriter", "collect", "encode_rows", "open_output", "run_job",
+    "shards_of",
+]
 
 
 class EncoderLike(Protocol):
@@ -92,44 +95,116 @@ def _error(row: Row, shard: str, reason: str) -> dict[str, Any]:
     return {"id": row.id, "file": row.file, "row": row.row, "shard": shard, "reason": reason}
 
 
+@dataclass
+class Vector:
+    """One good row's output."""
+
+    num_tokens: int
+    indices: list[int]
+    values: list[float]
+    dense: list[float] | None = None
+
+
+def encode_rows(encoder: EncoderLike, rows: list[Row]) -> list[Vector | str]:
+    """For each row, in order, its vectors or why it is bad: one engine call.
+
+    The single-machine loop and each Ray replica both run this.
+    """
+    results: list[Vector | str | None] = [row.problem or check_text(row.text) for row in rows]
+    good = [i for i, result in enumerate(results) if result is None]
+    if not good:
+        return [r for r in results if r is not None]
+    kept: list[tuple[int, list[int]]] = []
+    for i, tokens in zip(good, encoder.tokenize([str(rows[i].text) for i in good])):
+        if len(tokens) > encoder.max_tokens:
+            results[i] = (
+                f"{len(tokens)} tokens, more than the model's {encoder.max_tokens}; "
+                "pass --truncate N to cut long texts"
+            )
+        else:
+            kept.append((i, tokens))
+    if kept:
+        encoded = encoder.encode([tokens for _, tokens in kept])
+        for k, (i, tokens) in enumerate(kept):
+            dense = encoded.dense[k] if encoded.dense is not None else None
+            results[i] = Vector(len(tokens), encoded.indices[k], encoded.values[k], dense)
+    return [r for r in results if r is not None]
+
+
+def collect(
+    rows: list[Row], results: list[Vector | str], shard: str, dense: bool
+) -> tuple[ShardRows, list[dict[str, Any]]]:
+    """A shard's columns (its good rows, in input order) and its errors (in input order)."""
+    out = ShardRows(dense=[] if dense else None)
+    errors: list[dict[str, Any]] = []
+    for row, result in zip(rows, results, strict=True):
+        if isinstance(result, str):
+            errors.append(_error(row, shard, result))
+            continue
+        out.ids.append(row.id)
+        out.num_tokens.append(result.num_tokens)
+        out.indices.append(result.indices)
+        out.values.append(result.values)
+        if out.dense is not None and result.dense is not None:
+            out.dense.append(result.dense)
+    return out, errors
+
+
 def encode_shard(
     encoder: EncoderLike, rows: list[Row], shard: str, batch_size: int, dense: bool
 ) -> tuple[ShardRows, list[dict[str, Any]]]:
     """Vectors for a shard's good rows, and an error for each bad one."""
-    out = ShardRows(dense=[] if dense else None)
-    errors: list[dict[str, Any]] = []
+    results: list[Vector | str] = []
     for start in range(0, len(rows), batch_size):
-        batch = rows[start : start + batch_size]
-        good: list[Row] = []
-        for row in batch:
-            reason = row.problem or check_text(row.text)
-            if reason is None:
-                good.append(row)
-            else:
-                errors.append(_error(row, shard, reason))
-        if not good:
-            continue
-        ids = encoder.tokenize([str(row.text) for row in good])
-        kept = []
-        for row, tokens in zip(good, ids):
-            if len(tokens) > encoder.max_tokens:
-                errors.append(_error(
-                    row, shard,
-                    f"{len(tokens)} tokens, more than the model's {encoder.max_tokens}; "
-                    "pass --truncate N to cut long texts",
-                ))
-            else:
-                kept.append((row, tokens))
-        if not kept:
-            continue
-        encoded = encoder.encode([tokens for _, tokens in kept])
-        out.ids.extend(row.id for row, _ in kept)
-        out.num_tokens.extend(len(tokens) for _, tokens in kept)
-        out.indices.extend(encoded.indices)
-        out.values.extend(encoded.values)
-        if out.dense is not None and encoded.dense is not None:
-            out.dense.extend(encoded.dense)
-    return out, errors
+        results.extend(encode_rows(encoder, rows[start : start + batch_size]))
+    return collect(rows, results, shard, dense)
+
+
+class ShardWriter:
+    """Writes finished shards: the shard file, the sink, the error log, then
+    the manifest (last, so that a shard is recorded only once all is done)."""
+
+    def __init__(self, output: Path, manifest: Manifest, summary: Summary, dense_size: int | None,
+                 progress: Callable[[int, int], None] | None = None) -> None:
+        self.output, self.manifest, self.summary = output, manifest, summary
+        self.dense_size = dense_size
+        self.progress = progress
+        self.sink: SinkLike | None = None
+
+    def write(self, name: str, rows: int, shard: ShardRows, errors: list[dict[str, Any]]) -> None:
+        write_shard(self.output, name, shard, self.dense_size)
+        if self.sink is not None:
+            self.sink.upsert(shard)  # keyed on the id: a shard loaded twice leaves each point once
+        append_errors(self.output, errors)
+        tokens = sum(shard.num_tokens)
+        self.manifest.shards[name] = {
+            "rows": rows, "documents": len(shard.ids), "errors": len(errors), "tokens": tokens,
+        }
+        self.manifest.save(self.output)
+        summary = self.summary
+        summary.shards_done += 1
+        summary.rows += rows
+        summary.documents += len(shard.ids)
+        summary.errors += len(errors)
+        summary.tokens += tokens
+        if self.progress:
+            self.progress(rows, tokens)
+
+    def finish(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+        if not self.manifest.shards:
+            self.manifest.save(self.output)  # an empty corpus still leaves a manifest
+        self.summary.totals = self.manifest.totals()
+
+
+def open_output(output: Path, job: Job) -> Manifest:
+    """The output folder's manifest; raises :class:`~.output.OutputMismatch`
+    before anything is written when ``output`` holds another job's shards."""
+    output.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest.open(output, job.as_manifest())
+    keep_errors(output, manifest.shards)
+    return manifest
 
 
 def run_job(
@@ -149,14 +224,12 @@ def run_job(
     Raises :class:`~.output.OutputMismatch` before anything is written when
     ``output`` holds another job's shards.
     """
-    output.mkdir(parents=True, exist_ok=True)
-    manifest = Manifest.open(output, job.as_manifest())
-    keep_errors(output, manifest.shards)
+    manifest = open_output(output, job)
     summary = Summary()
     started = time.perf_counter()
     engine_seconds = 0.0
     encoder: EncoderLike | None = None
-    sink: SinkLike | None = None
+    writer: ShardWriter | None = None
     rows = read_rows(files, job.id_column, job.text_column)
     for index, chunk in shards_of(rows, job.rows_per_shard):
         name = shard_name(index)
@@ -172,34 +245,21 @@ def run_job(
             engine_seconds = time.perf_counter() - engine_started
             if on_engine_ready:
                 on_engine_ready()
+            dense_size = encoder.hidden_size if job.options.dense else None
+            writer = ShardWriter(output, manifest, summary, dense_size, progress)
             if open_sink is not None:
-                sink = open_sink(encoder.hidden_size if job.options.dense else None)
+                writer.sink = open_sink(dense_size)
+        assert writer is not None
         shard, errors = encode_shard(encoder, chunk, name, batch_size, job.options.dense)
-        write_shard(output, name, shard, encoder.hidden_size if job.options.dense else None)
-        if sink is not None:
-            sink.upsert(shard)  # keyed on the id: a shard loaded twice leaves each point once
-        append_errors(output, errors)
-        tokens = sum(shard.num_tokens)
-        manifest.shards[name] = {
-            "rows": len(chunk), "documents": len(shard.ids), "errors": len(errors), "tokens": tokens,
-        }
-        manifest.save(output)
-        summary.shards_done += 1
-        summary.rows += len(chunk)
-        summary.documents += len(shard.ids)
-        summary.errors += len(errors)
-        summary.tokens += tokens
-        if progress:
-            progress(len(chunk), tokens)
-    if sink is not None:
-        sink.close()
+        writer.write(name, len(chunk), shard, errors)
+    if writer is None:
+        writer = ShardWriter(output, manifest, summary, None)
+    writer.finish()
+    # The job's time: from the engine ready to the last shard recorded.
+    summary.seconds = time.perf_counter() - started - engine_seconds
+    summary.engine_seconds = engine_seconds
     if encoder is not None:
         # Stopped here, not by the interpreter's teardown, where vLLM's engine
         # shutdown raced other threads and the process could abort (SIGABRT).
         encoder.close()
-    if not manifest.shards:
-        manifest.save(output)  # an empty corpus still leaves a manifest
-    summary.seconds = time.perf_counter() - started - engine_seconds
-    summary.engine_seconds = engine_seconds
-    summary.totals = manifest.totals()
     return summary

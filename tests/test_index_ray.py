@@ -1,0 +1,120 @@
+"""`bge-m3-sparse index --ray`: the same job on a real local Ray cluster
+(Ray Data, one replica holding a vllm.LLM with the plugin), checked against
+the single-machine run of the same corpus, row for row."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from bge_m3_sparse_plugin.index.cluster import (
+    RaySettings,
+    _claim_core_slot,
+    cpu_runtime_env,
+    replica_plan,
+)
+
+from ._index_corpus import index_cmd, shard_stats
+
+pytest.importorskip("ray.data", reason="the [ray] extra is not installed")
+
+
+def _errors(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "_errors.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.engine
+def test_ray_resumes_a_single_machine_output_and_equals_it(first_run, corpus, model_dir, tmp_path):
+    """A single-machine output with three shards taken out (one with the bad rows,
+    one across two input files, one of the CSV) is finished on Ray: every
+    shard then equals the single-machine shard, and the others were not touched."""
+    single, first = first_run
+    assert first.returncode == 1, first.stderr[-2000:]
+    out = tmp_path / "vectors"
+    shutil.copytree(single, out)
+    manifest = json.loads((out / "_manifest.json").read_text())
+    redo = ["part-00001.parquet", "part-00002.parquet", "part-00006.parquet"]
+    assert set(redo) <= set(manifest["shards"])
+    for name in redo:
+        del manifest["shards"][name]
+        (out / name).unlink()
+    (out / "_manifest.json").write_text(json.dumps(manifest))
+    kept = shard_stats(out)
+    # Ray writes its session under RAY_TMPDIR and its auth token under ~/.ray:
+    # both go to temporary folders (a short one for Ray's socket paths).
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    home = tmp_path / "home"
+    home.mkdir()
+    real_ray_dir = Path.home() / ".ray"
+    had_ray_dir = real_ray_dir.exists()
+    env = os.environ | {"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)}
+    try:
+        import subprocess
+
+        result = subprocess.run(
+            index_cmd(model_dir, corpus, out, "--ray"), capture_output=True, text=True, timeout=600, env=env,
+        )
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert result.returncode == 1, result.stderr[-3000:]  # the bad rows, as on one machine
+    assert "3 shards written, 5 already done" in result.stdout, result.stdout
+    assert (home / ".ray" / "auth_token").exists()  # Ray ran, and wrote here
+    assert real_ray_dir.exists() == had_ray_dir
+    # Shards Ray did not redo are the same files, untouched.
+    after = shard_stats(out)
+    assert {name: after[name] for name in kept} == kept
+    # Every shard equals the single-machine one, row for row, schema included.
+    assert sorted(after) == sorted(shard_stats(single))
+    for name in redo:
+        ray_table, single_table = pq.read_table(out / name), pq.read_table(single / name)
+        assert ray_table.num_rows > 0
+        assert ray_table.schema == single_table.schema
+        ray_rows, single_rows = ray_table.to_pylist(), single_table.to_pylist()
+        assert [r["id"] for r in ray_rows] == [r["id"] for r in single_rows], name
+        for got, want in zip(ray_rows, single_rows):
+            assert got["indices"] == want["indices"], got["id"]
+            assert got["num_tokens"] == want["num_tokens"], got["id"]
+            # vLLM's CPU kernels are not bitwise batch-invariant: a text batched
+            # with other neighbours can differ in the last bit (2.4e-7 seen).
+            np.testing.assert_allclose(got["values"], want["values"], rtol=1e-5, atol=1e-6)
+    key = lambda e: (e["shard"], e["file"], e["row"])  # noqa: E731
+    assert sorted(_errors(out), key=key) == sorted(_errors(single), key=key)
+    assert any(e["shard"] in redo for e in _errors(out))  # the bad rows were among the redone
+    saved = json.loads((out / "_manifest.json").read_text())
+    assert saved["shards"] == json.loads((single / "_manifest.json").read_text())["shards"]
+
+
+def test_replicas_one_per_gpu_or_one_per_cores_per_replica_cores():
+    two_cpu_nodes = [{"CPU": 2.0}, {"CPU": 8.0}]
+    assert replica_plan(two_cpu_nodes, RaySettings()) == (1 + 4, {"num_cpus": 2})
+    assert replica_plan(two_cpu_nodes, RaySettings(cores_per_replica=1)) == (2 + 8, {"num_cpus": 1})
+    assert replica_plan(two_cpu_nodes, RaySettings(replicas=3)) == (3, {"num_cpus": 2})
+    gpus = [{"CPU": 16.0, "GPU": 4.0}, {"CPU": 16.0, "GPU": 4.0}]
+    assert replica_plan(gpus, RaySettings()) == (8, {"num_gpus": 1, "num_cpus": 1})
+    with pytest.raises(ValueError, match="more than the smallest node has"):
+        replica_plan(two_cpu_nodes, RaySettings(cores_per_replica=4))
+
+
+def test_each_cpu_replica_binds_its_cores_and_keeps_none_back():
+    assert cpu_runtime_env(4) == {"env_vars": {
+        "VLLM_CPU_OMP_THREADS_BIND": "0-3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": "4",
+    }}
+
+
+def test_replicas_on_one_node_claim_different_cores_until_they_end():
+    first, holder = _claim_core_slot(1)
+    second, other = _claim_core_slot(1)
+    assert holder is not None and other is not None
+    assert first != second
+    holder.close()  # a replica that ends frees its cores for the next one
+    again, third = _claim_core_slot(1)
+    assert again == first
+    for sock in (other, third):
+        sock.close()
