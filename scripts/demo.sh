@@ -2,7 +2,8 @@
 # Set up (once), then run the plugin on the built-in small model: offline
 # through LLM.encode; a sample corpus indexed into an embedded Qdrant; and
 # online through a started server (POST /pooling), by hand and with the typed
-# client, ending with a search of the indexed corpus.
+# client, then a search of the indexed corpus and a hybrid search through each
+# framework adapter (LangChain, LlamaIndex, Haystack).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_common.sh
@@ -29,3 +30,7 @@ echo "== online: examples/client.py (the typed client)"
 echo "== search the indexed corpus: examples/search_index.py"
 "$PY" examples/search_index.py --url "http://127.0.0.1:$PORT" --qdrant models/qdrant \
   --corpus examples/sample_corpus.jsonl "river sky language"
+for framework in langchain llamaindex haystack; do
+  echo "== $framework: examples/${framework}_hybrid.py (hybrid search in Qdrant, in memory)"
+  "$PY" examples/${framework}_hybrid.py --url "http://127.0.0.1:$PORT"
+done

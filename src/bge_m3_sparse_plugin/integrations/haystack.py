@@ -1,0 +1,98 @@
+"""Haystack: BGE-M3 sparse (and dense) embedders, from the plugin's server.
+
+``pip install 'bge-m3-sparse-plugin[haystack]'``. Two components in Haystack's
+``@component`` style:
+
+- :class:`BgeM3SparseDocumentEmbedder` fills each ``Document.sparse_embedding``
+  (and ``Document.embedding`` with ``return_dense=True``, from the same request);
+- :class:`BgeM3SparseTextEmbedder` turns a query into ``sparse_embedding``
+  (and ``embedding`` with ``return_dense=True``), for
+  ``QdrantSparseEmbeddingRetriever`` or ``QdrantHybridRetriever``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from haystack import Document, component, default_from_dict, default_to_dict
+from haystack.dataclasses import SparseEmbedding
+
+from ..client import DEFAULT_BASE_URL
+from .remote import Remote
+
+__all__ = ["BgeM3SparseDocumentEmbedder", "BgeM3SparseTextEmbedder"]
+
+
+class _Settings:
+    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, *,
+                 return_dense: bool = False, batch_size: int = 64, api_key: str | None = None,
+                 timeout: float = 60.0, **request_options: Any) -> None:
+        self.init_parameters = {
+            "base_url": base_url, "model": model, "return_dense": return_dense, "batch_size": batch_size,
+            "timeout": timeout, **request_options,
+        }  # api_key is not serialized: pass it again when loading a pipeline
+        self.return_dense = return_dense
+        self.remote = Remote(base_url, model, api_key=api_key, timeout=timeout, batch_size=batch_size,
+                             return_dense=return_dense, **request_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, **self.init_parameters)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        return default_from_dict(cls, data)
+
+
+@component
+class BgeM3SparseDocumentEmbedder(_Settings):
+    """Fills ``sparse_embedding`` (and ``embedding`` with ``return_dense``) of each document."""
+
+    @component.output_types(documents=list[Document])
+    def run(self, documents: list[Document]) -> dict[str, Any]:
+        return {"documents": self._fill(documents, self.remote.encode(self._texts(documents)))}
+
+    @component.output_types(documents=list[Document])
+    async def run_async(self, documents: list[Document]) -> dict[str, Any]:
+        return {"documents": self._fill(documents, await self.remote.aencode(self._texts(documents)))}
+
+    @staticmethod
+    def _texts(documents: list[Document]) -> list[str]:
+        if not isinstance(documents, list) or not all(isinstance(d, Document) for d in documents):
+            raise TypeError("BgeM3SparseDocumentEmbedder expects a list of Documents")
+        return [d.content or "" for d in documents]
+
+    def _fill(self, documents: list[Document], vectors: list[Any]) -> list[Document]:
+        out = []
+        for document, v in zip(documents, vectors, strict=True):
+            changes: dict[str, Any] = {"sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)}
+            if self.return_dense:
+                changes["embedding"] = v.dense
+            out.append(replace(document, **changes))
+        return out
+
+
+@component
+class BgeM3SparseTextEmbedder(_Settings):
+    """A query's ``sparse_embedding`` (and ``embedding`` with ``return_dense``)."""
+
+    @component.output_types(sparse_embedding=SparseEmbedding, embedding=list[float])
+    def run(self, text: str) -> dict[str, Any]:
+        return self._output(self.remote.encode(self._text(text))[0])
+
+    @component.output_types(sparse_embedding=SparseEmbedding, embedding=list[float])
+    async def run_async(self, text: str) -> dict[str, Any]:
+        return self._output((await self.remote.aencode(self._text(text)))[0])
+
+    @staticmethod
+    def _text(text: str) -> list[str]:
+        if not isinstance(text, str):
+            raise TypeError("BgeM3SparseTextEmbedder expects a string; for documents, use "
+                            "BgeM3SparseDocumentEmbedder")
+        return [text]
+
+    def _output(self, v: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)}
+        if self.return_dense:
+            out["embedding"] = v.dense
+        return out

@@ -1,0 +1,76 @@
+"""LlamaIndex: BGE-M3 sparse vectors for ``QdrantVectorStore(enable_hybrid=True)``.
+
+``pip install 'bge-m3-sparse-plugin[llamaindex]'``::
+
+    from llama_index.vector_stores.qdrant import QdrantVectorStore
+    from bge_m3_sparse_plugin.integrations.llamaindex import BgeM3Sparse
+
+    bge = BgeM3Sparse("http://127.0.0.1:8000", return_dense=True)
+    store = QdrantVectorStore("docs", client=client, enable_hybrid=True,
+                              sparse_doc_fn=bge.sparse_doc_fn, sparse_query_fn=bge.sparse_query_fn)
+    index = VectorStoreIndex.from_documents(documents, storage_context=...,
+                                            embed_model=bge.embed_model)
+
+``sparse_doc_fn`` and ``sparse_query_fn`` take a list of texts and return
+``(indices, values)``, as LlamaIndex's Qdrant store wants. ``embed_model`` is a
+LlamaIndex embedding of BGE-M3's dense vectors; with ``return_dense=True`` the
+dense vectors of the documents come in the same requests as their sparse ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from pydantic import PrivateAttr
+
+from ..client import DEFAULT_BASE_URL
+from .remote import Remote
+
+__all__ = ["BgeM3Sparse", "BgeM3DenseEmbedding"]
+
+BatchSparseEncoding = tuple[list[list[int]], list[list[float]]]
+
+
+class BgeM3DenseEmbedding(BaseEmbedding):
+    """BGE-M3's dense vectors from the plugin's server, as a LlamaIndex embedding."""
+
+    _remote: Remote = PrivateAttr()
+
+    def __init__(self, remote: Remote, **kwargs: Any) -> None:
+        super().__init__(model_name=remote.model or "bge-m3", **kwargs)
+        self._remote = remote
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "BgeM3DenseEmbedding"
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._remote.dense([query])[0]
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return (await self._remote.adense([query]))[0]
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._remote.dense([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._remote.dense(texts)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return await self._remote.adense(texts)
+
+
+class BgeM3Sparse:
+    """The ``sparse_doc_fn`` / ``sparse_query_fn`` pair, and ``embed_model`` for the dense half."""
+
+    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any) -> None:
+        self.remote = Remote(base_url, model, **options)
+        self.embed_model = BgeM3DenseEmbedding(self.remote)
+
+    def sparse_doc_fn(self, texts: list[str]) -> BatchSparseEncoding:
+        vectors = self.remote.encode(list(texts))
+        return [v.indices for v in vectors], [v.values for v in vectors]
+
+    def sparse_query_fn(self, texts: list[str]) -> BatchSparseEncoding:
+        return self.sparse_doc_fn(texts)

@@ -1,0 +1,169 @@
+"""A plugin server as the framework adapters use it: texts in, vectors out.
+
+One request brings the sparse vector and, with ``return_dense=True``, the
+dense vector of the same forward pass. A framework that asks for the two
+halves in two calls (a hybrid store: dense, then sparse, of the same texts)
+gets the second half from the first call's request: each half keeps, keyed by
+text, what the other half's request brought, and takes it back once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from ..client import (
+    DEFAULT_BASE_URL,
+    DEFAULT_TIMEOUT_S,
+    AsyncSparseEmbeddingClient,
+    SparseEmbeddingClient,
+    SparseEmbeddingError,
+)
+
+__all__ = ["Remote", "Vectors", "SparseEmbeddingError"]
+
+Half = Literal["sparse", "dense"]
+KEPT_TEXTS = 4096  # texts kept per half, the oldest dropped first
+
+
+@dataclass(frozen=True)
+class Vectors:
+    indices: list[int]
+    values: list[float]
+    dense: list[float] | None = None
+
+
+class _Kept:
+    """Vectors a request brought for the other half, keyed by text, taken once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_text: OrderedDict[str, Vectors] = OrderedDict()
+
+    def put(self, texts: list[str], vectors: list[Vectors]) -> None:
+        with self._lock:
+            for text, vector in zip(texts, vectors):
+                self._by_text[text] = vector
+                self._by_text.move_to_end(text)
+            while len(self._by_text) > KEPT_TEXTS:
+                self._by_text.popitem(last=False)
+
+    def take(self, texts: list[str]) -> list[Vectors] | None:
+        """All of them, or None (and nothing taken) when one is missing."""
+        with self._lock:
+            if not texts or any(text not in self._by_text for text in texts):
+                return None
+            vectors = [self._by_text[text] for text in texts]
+            for text in set(texts):
+                del self._by_text[text]
+            return vectors
+
+
+class Remote:
+    """The plugin's ``/pooling``, in requests of at most ``batch_size`` texts.
+
+    ``request_options`` are the typed client's (``top_k``, ``min_weight``,
+    ``truncate_prompt_tokens``...). Sync and async calls each use their own
+    client, made on first use; ``http_client`` / ``async_http_client`` are
+    httpx clients of one's own (proxies, TLS), as the typed client takes them.
+    """
+
+    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, *,
+                 api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
+                 batch_size: int = 64, return_dense: bool = False,
+                 http_client: httpx.Client | None = None, async_http_client: httpx.AsyncClient | None = None,
+                 **request_options: Any) -> None:
+        if not 1 <= batch_size <= 1024:
+            raise ValueError(f"batch_size must be 1 to 1024 (the plugin's inputs per request), got {batch_size}")
+        for name in ("return_sparse", "return_dense", "sparse_format", "input"):
+            if name in request_options:
+                raise TypeError(f"{name} is set by the adapter, not a request option")
+        self.base_url, self.model, self.api_key, self.timeout = base_url, model, api_key, timeout
+        self.batch_size = batch_size
+        self.return_dense = return_dense
+        self.request_options = request_options
+        self._http_clients = (http_client, async_http_client)
+        self._sync: SparseEmbeddingClient | None = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._kept: dict[Half, _Kept] = {"sparse": _Kept(), "dense": _Kept()}
+
+    def _options(self, dense: bool) -> dict[str, Any]:
+        return {**self.request_options, "sparse_format": "indices_values", "return_sparse": True,
+                "return_dense": dense}
+
+    @staticmethod
+    def _vectors(response: Any) -> list[Vectors]:
+        return [
+            Vectors(item.sparse_embedding["indices"], item.sparse_embedding["values"], item.dense_embedding)
+            for item in response.data
+        ]
+
+    def _after(self, half: Half, texts: list[str], vectors: list[Vectors]) -> list[Vectors]:
+        if self.return_dense:
+            self._kept["dense" if half == "sparse" else "sparse"].put(texts, vectors)
+        return vectors
+
+    def encode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
+        """Vectors for ``texts``, in order, for the ``half`` that asks."""
+        kept = self._kept[half].take(texts)
+        if kept is not None:
+            return kept
+        if self._sync is None:
+            self._sync = SparseEmbeddingClient(self.base_url, model=self.model, timeout=self.timeout,
+                                               api_key=self.api_key, http_client=self._http_clients[0])
+        dense = self.return_dense or half == "dense"
+        out: list[Vectors] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            out.extend(self._vectors(self._sync.embed(batch, **self._options(dense))))
+        return self._after(half, texts, out)
+
+    async def aencode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
+        """The asyncio form of :meth:`encode`."""
+        kept = self._kept[half].take(texts)
+        if kept is not None:
+            return kept
+        client = self._async_client()
+        dense = self.return_dense or half == "dense"
+        out: list[Vectors] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            out.extend(self._vectors(await client.embed(batch, **self._options(dense))))
+        return self._after(half, texts, out)
+
+    def _async_client(self) -> AsyncSparseEmbeddingClient:
+        """This event loop's client: an httpx.AsyncClient's connections belong to
+        the loop that opened them, and a program may run several loops, one
+        after the other (asyncio.run twice)."""
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            client = AsyncSparseEmbeddingClient(self.base_url, model=self.model, timeout=self.timeout,
+                                                api_key=self.api_key, http_client=self._http_clients[1])
+            self._async[loop] = client
+        return client
+
+    def dense(self, texts: list[str]) -> list[list[float]]:
+        return _dense(self.encode(texts, "dense"))
+
+    async def adense(self, texts: list[str]) -> list[list[float]]:
+        return _dense(await self.aencode(texts, "dense"))
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None
+
+
+def _dense(vectors: list[Vectors]) -> list[list[float]]:
+    if any(v.dense is None for v in vectors):
+        raise SparseEmbeddingError("the server sent no dense vector, though return_dense was asked")
+    return [v.dense for v in vectors if v.dense is not None]
