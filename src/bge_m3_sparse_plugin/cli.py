@@ -24,9 +24,19 @@ def main(argv: list[str] | None = None) -> int:
         epilog=index_command.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     index_command.add_arguments(index)
+    doctor = commands.add_parser(
+        "doctor", help="check this install (and a model folder) for what stops the plugin, with fixes",
+        description="Check this install, and MODEL if given, for what stops the plugin from working; "
+                    "print each problem with the command that fixes it. Exit 1 when a problem was found.",
+    )
+    doctor.add_argument("model", nargs="?", metavar="MODEL", help="a model folder or Hugging Face name")
     args = parser.parse_args(argv)
     if args.command == "index":
         return index_command.run(args, index)
+    if args.command == "doctor":
+        from . import doctor as doctor_module
+
+        return doctor_module.run(args.model)
     parser.error(f"unknown command {args.command!r}")
     return 2
 
