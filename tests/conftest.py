@@ -92,6 +92,17 @@ def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFact
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    """A server of the 'embed' pooling task (the plugin loaded too): the one
+    configuration in which vLLM 0.32 serves /v1/embeddings for bge-m3."""
+    srv = _start_server(
+        model_dir, tmp_path_factory.mktemp("logs"), "embed-server", ["--pooler-config", '{"task": "embed"}'],
+    )
+    yield srv
+    srv.stop()
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _clean_env():
     """The plugin's and vLLM's variables from a developer's shell would change

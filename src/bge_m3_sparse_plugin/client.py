@@ -132,6 +132,20 @@ def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
     return SparseEmbeddingResponse.model_validate(body["data"])
 
 
+def _dense_only(options: EmbedOptions) -> EmbedOptions:
+    for name in ("return_dense", "return_sparse", "return_tokens", "return_colbert_vecs"):
+        if name in options:
+            raise TypeError(f"embed_dense() sets {name} itself; use embed() for other outputs")
+    return {**options, "return_dense": True, "return_sparse": False}
+
+
+def _dense_of(response: SparseEmbeddingResponse) -> list[list[float]]:
+    dense = [item.dense_embedding for item in response.data]
+    if any(vector is None for vector in dense):
+        raise SparseEmbeddingError("the server sent no dense vector, though return_dense was asked")
+    return [vector for vector in dense if vector is not None]
+
+
 _Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
 
 
@@ -196,6 +210,10 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         response = self._http.post(self._url, json=body, headers=self._request_headers(request_id))
         return _parse_response(response)
 
+    def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
+        """BGE-M3's dense vectors (CLS, normalised), one per input, from ``/pooling``."""
+        return _dense_of(self.embed(input, **_dense_only(options)))
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -221,6 +239,10 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
         body, request_id = _prepare(self.model, input, options)
         response = await self._http.post(self._url, json=body, headers=self._request_headers(request_id))
         return _parse_response(response)
+
+    async def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
+        """See :meth:`SparseEmbeddingClient.embed_dense`."""
+        return _dense_of(await self.embed(input, **_dense_only(options)))
 
     async def aclose(self) -> None:
         if self._owns_http:
