@@ -3,7 +3,8 @@
 The pipeline is ``from_items(files) → map_batches(read) →
 map_batches(Replica, concurrency=N) → the driver writes``:
 
-- each input file is read by one task, with this package's own reader, so
+- each input file is read by one task, on the node that runs the command
+  (which sees the input paths), with this package's own reader, so
   that ids, bad rows and shard numbers are those of the single-machine path
   (a row's shard is its position in the whole input, over ``rows_per_shard``);
   rows of shards already done are dropped there;
@@ -67,7 +68,7 @@ def cpu_runtime_env(cores: int) -> dict[str, Any]:
     }}
 
 
-def _claim_core_slot(cores: int) -> tuple[int, socket.socket | None]:
+def _claim_core_slot(cores: int, name: str = "bge-m3-sparse-cores") -> tuple[int, socket.socket | None]:
     """The first core range no other replica on this node holds.
 
     A replica holds its range with an abstract Unix socket (Linux): the kernel
@@ -77,7 +78,7 @@ def _claim_core_slot(cores: int) -> tuple[int, socket.socket | None]:
     for slot in range(max(1, total // cores)):
         holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            holder.bind(f"\0bge-m3-sparse-cores-{slot}")
+            holder.bind(f"\0{name}-{slot}")
         except OSError:
             holder.close()
             continue
@@ -209,7 +210,8 @@ def run_job_on_ray(
 ) -> Summary:
     """:func:`~.job.run_job` on Ray Data. Ray Data shows its bars (rows per
     stage); ``progress(rows, tokens)`` is called for each shard skipped, then
-    ``on_start()``, then ``progress`` for each shard written."""
+    ``on_start()`` when the first rows come back, then ``progress`` for each
+    shard written."""
     import ray
     import ray.data
 
@@ -226,8 +228,6 @@ def run_job_on_ray(
     if progress:
         for name in sorted(manifest.shards):
             progress(manifest.shards[name].get("rows", 0), 0)
-    if on_start:
-        on_start()
     writer = ShardWriter(output, manifest, summary, dense_size, progress)
     if len(done) < n_shards:
         _start_ray(ray_settings)
@@ -241,7 +241,11 @@ def run_job_on_ray(
         dataset = (
             ray.data.from_items(items, override_num_blocks=max(1, len(items)))
             .map_batches(
+                # Read where the command runs, which sees the input paths;
+                # the rows then travel to the replicas, wherever they are.
+                # (Ray's own local:// reads pin themselves so, by this label.)
                 read_file, batch_size=1, batch_format="pyarrow", num_cpus=0,
+                label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
                 fn_kwargs={"id_column": job.id_column, "text_column": job.text_column,
                            "rows_per_shard": job.rows_per_shard, "done": done, "batch_rows": batch_size},
             )
@@ -260,6 +264,8 @@ def run_job_on_ray(
         def batches() -> Iterator[Any]:
             for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
                 if len(batch):
+                    if not ready and on_start:
+                        on_start()  # the first rows are in: an engine is ready
                     ready.append(min(batch.column("ready_at").to_pylist()))
                 yield batch
 
