@@ -16,7 +16,6 @@ from bge_m3_sparse_plugin.sparse import (
     lexical_weights_batch,
     lexical_weights_flat_compiled,
     lexical_weights_flat_numpy,
-    prune_flat,
     split_pooled_outputs,
 )
 
@@ -173,17 +172,18 @@ def test_batch_of_nothing():
 
 
 def prune(sequences, top_k, min_weight):
-    """prune_flat on concatenated (id, weight) sequences, split back per sequence."""
+    """sparse.prune on concatenated (id, weight) sequences, split back by the
+    bounds it returns."""
     lengths = [len(s) for s in sequences]
     weights = np.array([w for s in sequences for _, w in s], dtype=np.float32)
-    ids = [t for s in sequences for t, _ in s]
+    ids = np.array([t for s in sequences for t, _ in s], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    keep = prune_flat(weights, bounds, top_k, min_weight)
-    out, pos = [], 0
-    for n in lengths:
-        out.append([(ids[i], float(weights[i])) for i in range(pos, pos + n) if keep[i]])
-        pos += n
-    return out
+    out_ids, out_w, new_bounds = sparse.prune(ids, weights, bounds, top_k, min_weight)
+    assert new_bounds[0] == 0 and new_bounds[-1] == out_ids.size == out_w.size
+    return [
+        [(int(out_ids[i]), float(out_w[i])) for i in range(a, b)]
+        for a, b in zip(new_bounds[:-1].tolist(), new_bounds[1:].tolist())
+    ]
 
 
 def test_top_k_keeps_the_largest_in_their_order_ties_to_the_earlier():
@@ -272,3 +272,35 @@ def test_dispatcher_takes_the_compiled_pass_once_ready(monkeypatch):
 def test_compiled_pass_refuses_negative_ids():
     with pytest.raises(ValueError, match="token ids must be >= 0"):
         lexical_weights_flat_compiled(np.array([5, -1]), np.ones(2, np.float32), np.array([2]), SKIP)
+
+
+# Token ids past 65,535 take the numpy path's high radix digit (ids >> 16),
+# up to bge-m3's vocabulary of 250,002: drawn from a pool, so that the same id
+# comes back in a sequence (the max-merge) and ids share a low 16-bit digit.
+_HIGH_IDS = st.sampled_from(
+    [0, 1, 2, 65_535, 65_536, 65_537, 131_072, 131_073, 196_608 + 7, 250_001, 7, 65_536 + 7, 131_072 + 7]
+) | st.integers(min_value=65_536, max_value=250_001)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(_HIGH_IDS, st.floats(min_value=-1, max_value=2, allow_nan=False, width=32)),
+            max_size=40,
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_ids_past_65535_equal_the_reference(sequences):
+    ids = [np.array([p[0] for p in s], dtype=np.int64) for s in sequences]
+    weights = [np.array([p[1] for p in s], dtype=np.float32) for s in sequences]
+    got = lexical_weights_batch(ids, weights, SKIP)
+    for (out_ids, out_w), i, w in zip(got, ids, weights):
+        want = ref(i.tolist(), w)
+        assert list(zip(out_ids.tolist(), out_w.tolist())) == list(want.items())
+    flat = (np.concatenate(ids), np.concatenate(weights), np.array(list(map(len, ids))), SKIP)
+    numpy_pass = lexical_weights_flat_numpy(*flat)
+    for a, b in zip(numpy_pass, lexical_weights_flat_compiled(*flat)):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()

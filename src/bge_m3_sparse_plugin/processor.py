@@ -33,7 +33,7 @@ from .schemas import (
     SparseEmbeddingUsage,
     describe_validation_error,
 )
-from .sparse import lexical_weights_flat, prune_flat, split_pooled_outputs, start_compiling
+from .sparse import lexical_weights_flat, prune, split_pooled_outputs, start_compiling
 from .tokens import TokenDecoder, special_token_ids
 
 __all__ = ["BgeM3SparseProcessor", "max_tokens"]
@@ -169,7 +169,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 "server to change it)",
                 parameter="data.input",
             )
-        single = isinstance(prompt.input, str) or isinstance(prompt.input[0], int)
+        single = prompt.is_single()
         prompts: list[PromptType] = []
         for i, item in enumerate(inputs):
             if isinstance(item, str):
@@ -261,7 +261,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
             # _check_task let through only return_colbert_vecs here.
             colbert = [_as_rows(out.outputs.data) for out in outputs]
         else:
-            self._sparse_and_dense(outputs, options, sparse, dense)
+            sparse, dense = self._sparse_and_dense(outputs, options.request)
         return [
             SparseEmbeddingItem.model_construct(
                 index=i,
@@ -274,51 +274,54 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         ]
 
     def _sparse_and_dense(
-        self,
-        outputs: Sequence[PoolingRequestOutput],
-        options: _Options,
-        sparse: list[SparseEmbedding | None],
-        dense: list[list[float] | None],
-    ) -> None:
-        # The whole request at once: concatenated arrays, no per-token work
-        # in Python but the entries of the response themselves.
-        request = options.request
-        token_lists = [out.prompt_token_ids for out in outputs]
-        token_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(outputs))
-        token_ids = np.fromiter(
-            chain.from_iterable(token_lists), dtype=np.int64, count=int(token_lengths.sum())
-        )
+        self, outputs: Sequence[PoolingRequestOutput], request: SparseEmbeddingRequest
+    ) -> tuple[list[SparseEmbedding | None], list[list[float] | None]]:
+        """Each output's sparse entries and dense vector, as the request asks
+        (None where it does not): the whole request at once, in arrays."""
+        n = len(outputs)
+        token_ids, token_lengths = _concatenated_token_ids(outputs)
         pooled = [out.outputs.data for out in outputs]
-        value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=len(outputs))
+        value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=n)
         values = _as_float32(pooled)
         dense_size = self.hidden_size if self.pooling_task in _GIVES_DENSE else 0
+        sparse: list[SparseEmbedding | None] = [None] * n
+        dense: list[list[float] | None] = [None] * n
         if self.pooling_task in _GIVES_SPARSE:
             ids, weights, n_weights, dense_starts = split_pooled_outputs(
                 token_ids, token_lengths, values, value_lengths, dense_size,
                 self.bos_token_id, self.eos_token_id,
             )
+            if request.return_sparse:
+                sparse = self._sparse_entries(ids, weights, n_weights, request)
         else:  # only dense; _check_task refused return_sparse
             dense_starts = np.cumsum(value_lengths) - value_lengths
-
-        if request.return_sparse:
-            kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
-            if request.top_k is not None or request.min_weight is not None:
-                mask = prune_flat(kept_w, bounds, request.top_k, request.min_weight)
-                kept_ids, kept_w = kept_ids[mask], kept_w[mask]
-                bounds = np.concatenate([[0], np.cumsum(mask)])[bounds]
-            id_list, w_list = kept_ids.tolist(), kept_w.tolist()
-            tokens = self.decoder.decode(id_list) if request.return_tokens else None
-            for i, (a, b) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
-                # Plain lists and dicts, built without per-entry validation:
-                # these are the plugin's own values, and a response can hold
-                # millions.
-                sparse[i] = format_sparse(
-                    id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None,
-                    request.sparse_format,
-                )
         if request.return_dense:
-            for i, start in enumerate(dense_starts.tolist()):
-                dense[i] = values[start : start + dense_size].tolist()
+            dense = [values[start : start + dense_size].tolist() for start in dense_starts.tolist()]
+        return sparse, dense
+
+    def _sparse_entries(
+        self, ids: np.ndarray, weights: np.ndarray, n_weights: np.ndarray,
+        request: SparseEmbeddingRequest,
+    ) -> list[SparseEmbedding | None]:
+        kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
+        kept_ids, kept_w, bounds = prune(kept_ids, kept_w, bounds, request.top_k, request.min_weight)
+        id_list, w_list = kept_ids.tolist(), kept_w.tolist()
+        tokens = self.decoder.decode(id_list) if request.return_tokens else None
+        # Plain lists and dicts, built without per-entry validation: these are
+        # the plugin's own values, and a response can hold millions.
+        return [
+            format_sparse(id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None,
+                          request.sparse_format)
+            for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+        ]
+
+
+def _concatenated_token_ids(outputs: Sequence[PoolingRequestOutput]) -> tuple[np.ndarray, np.ndarray]:
+    """All the outputs' prompt token ids in one array, and each output's count."""
+    token_lists = [out.prompt_token_ids or [] for out in outputs]
+    token_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(outputs))
+    token_ids = np.fromiter(chain.from_iterable(token_lists), dtype=np.int64, count=int(token_lengths.sum()))
+    return token_ids, token_lengths
 
 
 def _when_request_ends(callback: Any) -> None:

@@ -49,6 +49,16 @@ def _check_token_ids(value: object, where: str) -> None:
             "input_shape", "{where} must be a non-empty list of token ids, got {value}",
             {"where": where, "value": _short(value)},
         )
+    # The common case in C: every element exactly an int (not a bool), none
+    # negative: 2.4x faster than the loop below on the largest request
+    # (benchmarks/bench_check_input.py, RESULTS.md section 9).
+    if set(map(type, value)) == {int} and min(value) >= 0:
+        return
+    _name_the_bad_token_id(value, where)
+
+
+def _name_the_bad_token_id(value: list[object], where: str) -> None:
+    """The element-by-element walk: finds and names the first bad id."""
     for i, token in enumerate(value):
         if not _is_token_id(token):
             raise PydanticCustomError(
@@ -154,11 +164,14 @@ class SparseEmbeddingRequest(BaseModel):
             )
         return self
 
+    def is_single(self) -> bool:
+        """One text or one token-id sequence (errors then name ``data.input``),
+        rather than a list of them (``data.input[i]``). Decided here only."""
+        return isinstance(self.input, str) or isinstance(self.input[0], int)
+
     def inputs(self) -> list[str] | list[list[int]]:
         """The input as a list of texts or a list of token-id sequences."""
-        if isinstance(self.input, str):
-            return [self.input]
-        if isinstance(self.input[0], int):
+        if self.is_single():
             return [self.input]  # type: ignore[list-item]
         return list(self.input)  # type: ignore[arg-type]
 

@@ -32,6 +32,7 @@ __all__ = [
     "compiled_ready",
     "start_compiling",
     "prune_flat",
+    "prune",
     "split_pooled_outputs",
 ]
 
@@ -281,6 +282,22 @@ def prune_flat(
         keep[:] = False
         keep[order[rank < top_k]] = True
     return keep
+
+
+def prune(
+    ids: np.ndarray,
+    weights: np.ndarray,
+    bounds: np.ndarray,
+    top_k: int | None = None,
+    min_weight: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`prune_flat` applied: the kept ids and weights, in their order, and
+    each sequence's new bounds (a sequence may keep nothing)."""
+    if top_k is None and min_weight is None:
+        return ids, weights, bounds
+    mask = prune_flat(weights, bounds, top_k, min_weight)
+    kept_before = np.concatenate([[0], np.cumsum(mask)])  # kept entries before each position
+    return ids[mask], weights[mask], kept_before[bounds]
 
 
 def split_pooled_outputs(
