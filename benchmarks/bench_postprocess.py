@@ -11,7 +11,6 @@ median times over interleaved rounds and checks the results are identical.
 from __future__ import annotations
 
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -22,20 +21,19 @@ from _common import interleaved, median, print_settings  # noqa: E402
 from bge_m3_sparse_plugin import sparse  # noqa: E402
 from bge_m3_sparse_plugin.sparse import lexical_weights_batch  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent.parent))  # the repository, for tests/reference.py
+from tests.reference import flagembedding_loop as _flagembedding_loop  # noqa: E402
+
 N_SEQ, SEQ_LEN, VOCAB, ROUNDS = 1000, 512, 250002, 7
 SPECIAL = frozenset({0, 1, 2, 3})
 
 
 def flagembedding_loop(token_weights, input_ids):
-    """FlagEmbedding 1.4.2's _process_token_weights, verbatim but for the
-    unused-token set, which it rebuilds from the tokenizer on every call."""
-    result = defaultdict(int)
-    for w, idx in zip(token_weights, input_ids):
-        if idx not in SPECIAL and w > 0:
-            idx = str(idx)
-            if w > result[idx]:
-                result[idx] = w
-    return result
+    """FlagEmbedding 1.4.2's _process_token_weights: the project's one copy
+    (tests/reference.py, checked against FlagEmbedding's source by
+    tests/test_reference.py), given the unused-token set that FlagEmbedding
+    rebuilds from the tokenizer on every call."""
+    return _flagembedding_loop(token_weights, input_ids, SPECIAL)
 
 
 def make_arrays(seed: int = 0):

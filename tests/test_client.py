@@ -138,7 +138,7 @@ def test_colbert_through_the_client(colbert_server, tokenizer):
     assert [len(item.colbert_vecs) for item in got.data] == [
         len(tokenizer(text)["input_ids"]) - 1 for text in SEED_INPUT
     ]
-    assert all(
+    assert got.data and all(
         np.allclose(np.linalg.norm(np.asarray(item.colbert_vecs), axis=1), 1.0, atol=1e-5)
         for item in got.data
     )

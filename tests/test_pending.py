@@ -27,14 +27,33 @@ def test_same_id_replaces_a_stale_entry():
     assert pending.pop("retry") == "new-request"
 
 
-def test_bounded_evicts_oldest_and_logs(caplog):
-    pending = PendingRequests[int](max_size=3)
-    with caplog.at_level(logging.WARNING):
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_bounded_evicts_oldest_and_logs():
+    # Attached to the plugin's own logger: whatever vLLM does with propagation.
+    from bge_m3_sparse_plugin.pending import logger
+
+    handler = _Records()
+    logger.addHandler(handler)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        pending = PendingRequests[int](max_size=3)
         for i in range(5):
             pending.put(f"r{i}", i)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
     assert len(pending) == 3
     assert [pending.pop(f"r{i}") for i in range(5)] == [None, None, 2, 3, 4]
-    evicted = [r.getMessage() for r in caplog.records if "dropped the options" in r.getMessage()]
+    evicted = [r.getMessage() for r in handler.records if "dropped the options" in r.getMessage()]
     assert len(evicted) == 2 and "'r0'" in evicted[0] and "'r1'" in evicted[1]
 
 
