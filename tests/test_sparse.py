@@ -153,6 +153,12 @@ def test_split_pooled_outputs_rejects_a_length_mismatch():
     )
 )
 def test_batch_equals_reference_per_sequence(sequences):
+    assert_batch_equals_reference(sequences)
+
+
+def assert_batch_equals_reference(sequences) -> None:
+    """Per sequence, the batch call equals the reference; on the concatenated
+    batch, the numpy and compiled passes give the very same arrays."""
     ids = [np.array([p[0] for p in s], dtype=np.int64) for s in sequences]
     weights = [np.array([p[1] for p in s], dtype=np.float32) for s in sequences]
     got = lexical_weights_batch(ids, weights, SKIP)
@@ -160,7 +166,6 @@ def test_batch_equals_reference_per_sequence(sequences):
     for (out_ids, out_w), i, w in zip(got, ids, weights):
         want = ref(i.tolist(), w)
         assert list(zip(out_ids.tolist(), out_w.tolist())) == list(want.items())
-    # The two implementations on the concatenated batch: the very same arrays.
     if sequences:
         flat = (np.concatenate(ids), np.concatenate(weights), np.array(list(map(len, ids))), SKIP)
         for a, b in zip(lexical_weights_flat_numpy(*flat), lexical_weights_flat_compiled(*flat)):
@@ -294,13 +299,4 @@ _HIGH_IDS = st.sampled_from(
     )
 )
 def test_ids_past_65535_equal_the_reference(sequences):
-    ids = [np.array([p[0] for p in s], dtype=np.int64) for s in sequences]
-    weights = [np.array([p[1] for p in s], dtype=np.float32) for s in sequences]
-    got = lexical_weights_batch(ids, weights, SKIP)
-    for (out_ids, out_w), i, w in zip(got, ids, weights):
-        want = ref(i.tolist(), w)
-        assert list(zip(out_ids.tolist(), out_w.tolist())) == list(want.items())
-    flat = (np.concatenate(ids), np.concatenate(weights), np.array(list(map(len, ids))), SKIP)
-    numpy_pass = lexical_weights_flat_numpy(*flat)
-    for a, b in zip(numpy_pass, lexical_weights_flat_compiled(*flat)):
-        assert a.dtype == b.dtype and a.tolist() == b.tolist()
+    assert_batch_equals_reference(sequences)
