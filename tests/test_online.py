@@ -147,6 +147,10 @@ def test_not_json_is_a_400(server):
         headers={"Content-Type": "application/json"},
     )
     assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert "JSON decode error" in error["message"], error
+    assert "Expecting property name enclosed in double quotes" in error["message"], error
+    assert error["code"] == 400
 
 
 def test_server_still_serves_after_bad_input(server, seed_response):
