@@ -31,7 +31,7 @@ from typing import Any
 from .engine import EncodeOptions, EngineSettings, on_gpu
 from .job import Job, ShardWriter, SinkLike, Summary, Vector, collect, open_output
 from .output import shard_name
-from .reader import Row, check_text, count_rows, read_rows
+from .reader import Row, check_text, read_rows
 
 __all__ = ["RaySettings", "run_job_on_ray", "replica_plan"]
 
@@ -199,6 +199,7 @@ def _start_ray(settings: RaySettings) -> None:
 def run_job_on_ray(
     job: Job,
     files: list[Path],
+    counts: list[int],
     output: Path,
     settings: EngineSettings,
     ray_settings: RaySettings,
@@ -208,7 +209,8 @@ def run_job_on_ray(
     progress: Callable[[int, int], None] | None = None,
     on_start: Callable[[], None] | None = None,
 ) -> Summary:
-    """:func:`~.job.run_job` on Ray Data. Ray Data shows its bars (rows per
+    """:func:`~.job.run_job` on Ray Data, ``counts`` being each file's rows
+    (:func:`~.reader.count_rows`). Ray Data shows its bars (rows per
     stage); ``progress(rows, tokens)`` is called for each shard skipped, then
     ``on_start()`` when the first rows come back, then ``progress`` for each
     shard written."""
@@ -218,7 +220,6 @@ def run_job_on_ray(
     manifest = open_output(output, job)
     summary = Summary()
     started, started_at = time.perf_counter(), time.time()
-    counts = [count_rows([path]) for path in files]
     total = sum(counts)
     n_shards = -(-total // job.rows_per_shard)
     done = frozenset(

@@ -131,9 +131,12 @@ def _run_on_ray(args: argparse.Namespace, job: Any, files: list[Path], output: P
         address=args.ray_address, replicas=args.replicas, cores_per_replica=args.cores_per_replica,
         log_to_driver=args.verbose,
     )
-    progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
+    # Counted once: the shard of each row comes from its file's offset, the
+    # bar's total from their sum.
+    counts = [count_rows([path]) for path in files]
+    progress = _Progress(total=sum(counts), enabled=not args.no_progress)
     try:
-        return run_job_on_ray(job, files, output, settings, ray_settings, args.batch_size,
+        return run_job_on_ray(job, files, counts, output, settings, ray_settings, args.batch_size,
                               open_the_sink, dense_size, progress.advance, progress.start)
     finally:
         progress.close()
