@@ -47,13 +47,15 @@ def model_dir(size: str) -> Path:
 def documents(n: int, words_per_doc: int, seed: int = 0) -> list[str]:
     """``n`` deterministic documents; each word is one token of the small vocabulary."""
     rng = random.Random(seed)
-    words = [w for w in _WORDS] + [w.capitalize() for w in _WORDS[:50]]
+    words = list(_WORDS) + [w.capitalize() for w in _WORDS[:50]]
     return [" ".join(rng.choice(words) for _ in range(words_per_doc)) + "." for _ in range(n)]
 
 
 def print_settings(**extra: object) -> None:
     print("settings:")
-    print(f"  cores visible: {os.cpu_count()}  machine: {platform.machine()}  python: {platform.python_version()}")
+    print(
+        f"  cores visible: {os.cpu_count()}  machine: {platform.machine()}  python: {platform.python_version()}"
+    )
     for key, value in extra.items():
         print(f"  {key}: {value}")
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("VLLM_", "OMP_"))}

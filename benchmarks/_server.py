@@ -13,6 +13,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, ClassVar
 
 import httpx
 import psutil
@@ -35,17 +36,35 @@ class BenchServer:
     def __init__(self, model: Path, log: Path, extra_args: list[str] = (), env: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log, "wb")
+        self._log = open(log, "wb")  # noqa: SIM115 -- open while the server runs; stop() closes it
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                "--served-model-name", SERVED_MODEL_NAME, "--runner", "pooling",
-                "--hf-overrides", json.dumps(HF_OVERRIDES),
-                "--io-processor-plugin", "bge_m3_sparse_plugin", "--dtype", "float32",
-                "--gpu-memory-utilization", "0.2", "--host", "127.0.0.1", "--port", str(self.port),
+                sys.executable,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(model),
+                "--served-model-name",
+                SERVED_MODEL_NAME,
+                "--runner",
+                "pooling",
+                "--hf-overrides",
+                json.dumps(HF_OVERRIDES),
+                "--io-processor-plugin",
+                "bge_m3_sparse_plugin",
+                "--dtype",
+                "float32",
+                "--gpu-memory-utilization",
+                "0.2",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
                 *extra_args,
             ],
-            stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
             start_new_session=True,
         )
         self.pid = self.proc.pid
@@ -110,7 +129,7 @@ class Probe:
     """Another client: one small request after another, in a thread, each
     latency recorded, while the main thread does something else."""
 
-    BODY = {"model": SERVED_MODEL_NAME, "data": {"input": "I love China"}}
+    BODY: ClassVar[dict[str, Any]] = {"model": SERVED_MODEL_NAME, "data": {"input": "I love China"}}
 
     def __init__(self, url: str, pause: float = 0.05) -> None:
         self._url = url + "/pooling"
@@ -145,4 +164,4 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     if not ordered:
         return float("nan")
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]

@@ -30,9 +30,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import documents, model_dir, print_settings  # noqa: E402
-from bge_m3_sparse_plugin.limits import DEFAULT_MAX_CHARS, MAX_CHARS_ENV  # noqa: E402
-from _server import SERVED_MODEL_NAME, BenchServer, PeakRss, Probe, percentile  # noqa: E402
+from _common import documents, model_dir, print_settings
+from _server import SERVED_MODEL_NAME, BenchServer, PeakRss, Probe, percentile
+
+from bge_m3_sparse_plugin.limits import DEFAULT_MAX_CHARS, MAX_CHARS_ENV
 
 CAP_OFF = str(10**12)
 
@@ -47,14 +48,17 @@ def cases(body_mb: int, long_chars: int) -> dict[str, dict]:
         "max batch (1,024 x 1,024 tokens)": {"data": {"input": documents(1024, 1021)}},
         f"{body_mb} MB body ({n_texts} x 50 KB texts), truncation off": {"data": {"input": big}},
         f"{body_mb} MB body ({n_texts} x 50 KB texts), truncate_prompt_tokens 512": {
-            "data": {"input": big}, "truncate_prompt_tokens": 512,
+            "data": {"input": big},
+            "truncate_prompt_tokens": 512,
         },
         f"long text ({long_chars / 1e6:g} M chars), truncation off": {"data": {"input": long}},
         f"long text ({long_chars / 1e6:g} M chars), truncate_prompt_tokens 512": {
-            "data": {"input": long}, "truncate_prompt_tokens": 512,
+            "data": {"input": long},
+            "truncate_prompt_tokens": 512,
         },
         f"long text at the default cap ({DEFAULT_MAX_CHARS / 1e6:g} M chars), truncate_prompt_tokens 512": {
-            "data": {"input": "x " * (DEFAULT_MAX_CHARS // 2)}, "truncate_prompt_tokens": 512,
+            "data": {"input": "x " * (DEFAULT_MAX_CHARS // 2)},
+            "truncate_prompt_tokens": 512,
         },
     }
 
@@ -62,21 +66,35 @@ def cases(body_mb: int, long_chars: int) -> dict[str, dict]:
 def measure(server: BenchServer, name: str, request: dict) -> None:
     body = json.dumps({"model": SERVED_MODEL_NAME, **request}).encode()
     rss_before = server.rss_mb()
-    with PeakRss(server.rss_mb) as api, PeakRss(server.engine_rss_mb) as engine, Probe(server.url) as probe:
+    with (
+        PeakRss(server.rss_mb) as api,
+        PeakRss(server.engine_rss_mb) as engine,
+        Probe(server.url) as probe,
+    ):
         time.sleep(1.0)
         start = time.perf_counter()
         resp = httpx.post(
-            server.url + "/pooling", content=body, timeout=900,
+            server.url + "/pooling",
+            content=body,
+            timeout=900,
             headers={"Content-Type": "application/json"},
         )
         took = time.perf_counter() - start
         time.sleep(0.5)
-    message = "" if resp.status_code == 200 else resp.json().get("error", {}).get("message", "")[:110]
+    message = (
+        "" if resp.status_code == 200 else resp.json().get("error", {}).get("message", "")[:110]
+    )
     during = probe.latencies
-    print(f"  {name}: body {len(body) / 1e6:.1f} MB -> {resp.status_code} in {took:.2f} s {message}")
-    print(f"    API server RSS {rss_before:.0f} -> peak {api.peak:.0f} MB; engine peak {engine.peak:.0f} MB")
-    print(f"    other client meanwhile: {len(during)} requests, {probe.failures} failed, "
-          f"p50 {percentile(during, 50) * 1000:.0f} ms, max {max(during) * 1000:.0f} ms")
+    print(
+        f"  {name}: body {len(body) / 1e6:.1f} MB -> {resp.status_code} in {took:.2f} s {message}"
+    )
+    print(
+        f"    API server RSS {rss_before:.0f} -> peak {api.peak:.0f} MB; engine peak {engine.peak:.0f} MB"
+    )
+    print(
+        f"    other client meanwhile: {len(during)} requests, {probe.failures} failed, "
+        f"p50 {percentile(during, 50) * 1000:.0f} ms, max {max(during) * 1000:.0f} ms"
+    )
 
 
 def idle_probe(server: BenchServer) -> float:

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import median, print_settings  # noqa: E402
+from _common import median, print_settings
 
-from bge_m3_sparse_plugin.schemas import (  # noqa: E402
+from bge_m3_sparse_plugin.schemas import (
     SparseEmbeddingRequest,
     _check_token_ids,
     _name_the_bad_token_id,
@@ -50,9 +50,13 @@ def main() -> None:
             fn()
             times[name].append(time.perf_counter() - start)
     for name, values in times.items():
-        print(f"  {name:<6} median {median(values):.3f} s  (rounds: {', '.join(f'{v:.3f}' for v in values)})")
-    print(f"  check / walk: {median(times['check']) / median(times['walk']):.3f} of the time "
-          f"({median(times['walk']) / median(times['check']):.1f}x faster)")
+        print(
+            f"  {name:<6} median {median(values):.3f} s  (rounds: {', '.join(f'{v:.3f}' for v in values)})"
+        )
+    print(
+        f"  check / walk: {median(times['check']) / median(times['walk']):.3f} of the time "
+        f"({median(times['walk']) / median(times['check']):.1f}x faster)"
+    )
 
 
 if __name__ == "__main__":

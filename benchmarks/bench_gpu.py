@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import (  # noqa: E402
+from _common import (
     HF_OVERRIDES,
     MODELS_DIR,
     documents,
@@ -26,10 +26,16 @@ from _common import (  # noqa: E402
     print_settings,
 )
 
-from bge_m3_sparse_plugin.tiny_model import TinyModelSpec, build_tiny_model  # noqa: E402
+from bge_m3_sparse_plugin.tiny_model import TinyModelSpec, build_tiny_model
 
-SPEC = TinyModelSpec(hidden_size=1024, num_layers=24, num_heads=16, intermediate_size=4096,
-                     max_position_embeddings=8194, vocab_size=250002)
+SPEC = TinyModelSpec(
+    hidden_size=1024,
+    num_layers=24,
+    num_heads=16,
+    intermediate_size=4096,
+    max_position_embeddings=8194,
+    vocab_size=250002,
+)
 
 
 def main() -> None:
@@ -51,17 +57,29 @@ def main() -> None:
     if not (path / "sparse_linear.pt").exists():
         build_tiny_model(path, SPEC)
     docs = documents(args.docs, args.words)
-    print_settings(model=f"random bge-m3 size ({path})", docs=args.docs, tokens_per_doc=args.words + 3,
-                   dtype="float16", gpu=torch.cuda.get_device_name(0), rounds=args.rounds)
+    print_settings(
+        model=f"random bge-m3 size ({path})",
+        docs=args.docs,
+        tokens_per_doc=args.words + 3,
+        dtype="float16",
+        gpu=torch.cuda.get_device_name(0),
+        rounds=args.rounds,
+    )
 
     from FlagEmbedding import BGEM3FlagModel
     from vllm import LLM
 
     flag = BGEM3FlagModel(str(path), use_fp16=True, devices="cuda:0")
     # Both stay loaded (about 1 GB each for the weights), so the rounds can alternate.
-    llm = LLM(model=str(path), runner="pooling", hf_overrides=HF_OVERRIDES,
-              io_processor_plugin="bge_m3_sparse_plugin", dtype="float16",
-              gpu_memory_utilization=0.6, max_model_len=8192)
+    llm = LLM(
+        model=str(path),
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float16",
+        gpu_memory_utilization=0.6,
+        max_model_len=8192,
+    )
     request = {"data": {"input": docs, "return_dense": True}}
 
     def run_flag() -> float:

@@ -33,9 +33,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import CPU_ENGINE_ENV, HF_OVERRIDES, model_dir, print_settings  # noqa: E402
+from _common import CPU_ENGINE_ENV, HF_OVERRIDES, model_dir, print_settings
 
-from bge_m3_sparse_plugin.tiny_model import _WORDS  # noqa: E402
+from bge_m3_sparse_plugin.tiny_model import _WORDS
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -71,19 +71,46 @@ def peak_rss_of(proc: subprocess.Popen) -> tuple[threading.Thread, list[float]]:
     return thread, peak
 
 
-def run_command(model: Path, docs: list[str], work: Path, dense: bool,
-                *extra: str, env: dict[str, str] | None = None) -> tuple[float, float, float]:
+def run_command(
+    model: Path,
+    docs: list[str],
+    work: Path,
+    dense: bool,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> tuple[float, float, float]:
     """The index command as a user runs it: its job's seconds (from its summary:
     after the (first) engine was ready), the whole process's wall seconds, and its peak RSS in MB (the
     process and all its children: engine, or Ray and its replicas)."""
     inp, out = work / "corpus.jsonl", work / f"out-{len(docs)}-{time.time_ns()}"
     write_jsonl(docs, inp)
-    cmd = [sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(inp), str(out), "--model", str(model),
-           "--dtype", "float32", "--rows-per-shard", "1000", "--no-progress",
-           "--max-num-batched-tokens", "16384", *(["--dense"] if dense else []), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bge_m3_sparse_plugin",
+        "index",
+        str(inp),
+        str(out),
+        "--model",
+        str(model),
+        "--dtype",
+        "float32",
+        "--rows-per-shard",
+        "1000",
+        "--no-progress",
+        "--max-num-batched-tokens",
+        "16384",
+        *(["--dense"] if dense else []),
+        *extra,
+    ]
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})})
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})},
+    )
     thread, peak = peak_rss_of(proc)
     stdout, _ = proc.communicate()
     wall = time.perf_counter() - started
@@ -101,8 +128,9 @@ def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[floa
     home = work / "home"
     home.mkdir(exist_ok=True)
     try:
-        return run_command(model, docs, work, dense, "--ray",
-                           env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)})
+        return run_command(
+            model, docs, work, dense, "--ray", env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)}
+        )
     finally:
         import shutil
 
@@ -112,15 +140,30 @@ def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[floa
 def run_plain(model: Path, docs: list[str], dense: bool) -> float:
     from vllm import LLM
 
-    llm = LLM(model=str(model), runner="pooling", hf_overrides=HF_OVERRIDES,
-              io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
-              gpu_memory_utilization=0.2, max_num_batched_tokens=16384)
+    llm = LLM(
+        model=str(model),
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        max_num_batched_tokens=16384,
+    )
     tokenizer = llm.get_tokenizer()
     start = time.perf_counter()
     ids = tokenizer(docs)["input_ids"]
     for i in range(0, len(ids), 512):
-        llm.encode({"data": {"input": ids[i:i + 512], "sparse_format": "indices_values",
-                             "return_dense": dense}}, pooling_task="plugin", use_tqdm=False)
+        llm.encode(
+            {
+                "data": {
+                    "input": ids[i : i + 512],
+                    "sparse_format": "indices_values",
+                    "return_dense": dense,
+                }
+            },
+            pooling_task="plugin",
+            use_tqdm=False,
+        )
     took = time.perf_counter() - start
     llm.llm_engine.engine_core.shutdown()
     return took
@@ -155,15 +198,21 @@ def main() -> None:
             print_settings(model=f"{args.model} ({path})")
             for n in (2000, 20000):
                 seconds, _, peak = run_command(path, corpus(n), work, dense=False)
-                print(f"  {n:>6} docs: {n / seconds:7.1f} docs/s, peak RSS (command + engine) {peak:,.0f} MB")
+                print(
+                    f"  {n:>6} docs: {n / seconds:7.1f} docs/s, peak RSS (command + engine) {peak:,.0f} MB"
+                )
             return
         docs = corpus(args.docs)
         from transformers import AutoTokenizer
 
         tokens = sum(map(len, AutoTokenizer.from_pretrained(path)(docs)["input_ids"]))
         lengths = sorted(map(len, AutoTokenizer.from_pretrained(path)(docs)["input_ids"]))
-        print_settings(model=f"{args.model} ({path})", docs=args.docs, tokens=tokens,
-                       tokens_per_doc=f"min {lengths[0]}, median {lengths[len(lengths) // 2]}, max {lengths[-1]}")
+        print_settings(
+            model=f"{args.model} ({path})",
+            docs=args.docs,
+            tokens=tokens,
+            tokens_per_doc=f"min {lengths[0]}, median {lengths[len(lengths) // 2]}, max {lengths[-1]}",
+        )
         # Alternating rounds: this machine drifts by 10-15 % over minutes, so the
         # command and plain LLM.encode are compared round by round.
         job, wall, ray_job, ray_wall, plain, peak, ray_peak = [], [], [], [], [], 0.0, 0.0
@@ -181,8 +230,10 @@ def main() -> None:
         flag = None if args.skip_flag else run_flag(path, docs)
 
         def line(name: str, seconds: float) -> None:
-            print(f"  {name:<34} {seconds:8.1f} s  {args.docs / seconds:7.1f} docs/s  "
-                  f"{tokens / seconds:9.0f} tokens/s")
+            print(
+                f"  {name:<34} {seconds:8.1f} s  {args.docs / seconds:7.1f} docs/s  "
+                f"{tokens / seconds:9.0f} tokens/s"
+            )
 
         for r in range(args.rounds):
             line(f"round {r + 1}: index command (job)", job[r])
@@ -197,17 +248,28 @@ def main() -> None:
         if ray_wall:
             print(f"  index --ray peak RSS (command, Ray, replica): {ray_peak:,.0f} MB")
         ratios = [p / j for p, j in zip(plain, job)]
-        print("  index command / plain LLM.encode, by round: "
-              + ", ".join(f"{x:.3f}" for x in ratios) + " (goal >= 0.95)")
+        print(
+            "  index command / plain LLM.encode, by round: "
+            + ", ".join(f"{x:.3f}" for x in ratios)
+            + " (goal >= 0.95)"
+        )
         if ray_wall:
-            print("  index --ray / index, jobs (after the engine started), by round: "
-                  + ", ".join(f"{j / rj:.3f}" for j, rj in zip(job, ray_job)) + " (goal >= 0.85)")
-            print("  index --ray / index, whole runs (start-up included), by round: "
-                  + ", ".join(f"{w / rw:.3f}" for w, rw in zip(wall, ray_wall)))
+            print(
+                "  index --ray / index, jobs (after the engine started), by round: "
+                + ", ".join(f"{j / rj:.3f}" for j, rj in zip(job, ray_job))
+                + " (goal >= 0.85)"
+            )
+            print(
+                "  index --ray / index, whole runs (start-up included), by round: "
+                + ", ".join(f"{w / rw:.3f}" for w, rw in zip(wall, ray_wall))
+            )
         if flag is not None:
             best = min(job)
-            print(f"  index command / FlagEmbedding: {flag / best:.2f}x "
-                  f"(best round; {flag / max(job):.2f}x worst) (goal >= 2.5x)")
+            print(
+                f"  index command / FlagEmbedding: {flag / best:.2f}x "
+                f"(best round; {flag / max(job):.2f}x worst) (goal >= 2.5x)"
+            )
+
 
 if __name__ == "__main__":
     main()

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import (  # noqa: E402
+from _common import (
     HF_OVERRIDES,
     documents,
     interleaved,
@@ -35,9 +35,12 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=98, help="words per doc; one token each")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--model", default="small", choices=["small", "mid"])
-    parser.add_argument("--sparse-format", default="token_weights",
-                        choices=["token_weights", "lexical_weights", "indices_values"],
-                        help="the request's sparse_format (return_tokens is on for token_weights)")
+    parser.add_argument(
+        "--sparse-format",
+        default="token_weights",
+        choices=["token_weights", "lexical_weights", "indices_values"],
+        help="the request's sparse_format (return_tokens is on for token_weights)",
+    )
     args = parser.parse_args()
 
     use_cpu_engine_env()
@@ -48,11 +51,24 @@ def main() -> None:
     from vllm import LLM
 
     tokens = sum(len(ids) for ids in AutoTokenizer.from_pretrained(path)(docs)["input_ids"])
-    print_settings(model=f"{args.model} ({path})", docs=args.docs, tokens_per_doc=tokens / args.docs,
-                   dtype="float32", rounds=args.rounds, sparse_format=args.sparse_format)
-    llm = LLM(model=str(path), runner="pooling", hf_overrides=HF_OVERRIDES,
-              io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
-              gpu_memory_utilization=0.2, max_num_batched_tokens=16384, max_num_seqs=256)
+    print_settings(
+        model=f"{args.model} ({path})",
+        docs=args.docs,
+        tokens_per_doc=tokens / args.docs,
+        dtype="float32",
+        rounds=args.rounds,
+        sparse_format=args.sparse_format,
+    )
+    llm = LLM(
+        model=str(path),
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        max_num_batched_tokens=16384,
+        max_num_seqs=256,
+    )
     data = {"input": docs, "sparse_format": args.sparse_format}
     if args.sparse_format == "token_weights":
         data["return_tokens"] = True
@@ -82,8 +98,10 @@ def main() -> None:
     print(f"plugin: median {t_plugin:.3f} s  ({args.docs / t_plugin:.0f} docs/s)")
     print(f"raw:    median {t_raw:.3f} s  ({args.docs / t_raw:.0f} docs/s)")
     print(f"throughput ratio plugin/raw: {t_raw / t_plugin:.3f} (goal >= 0.98)")
-    print(f"post-processing: median {t_post * 1e3:.1f} ms = {100 * t_post / t_plugin:.2f} % "
-          f"of the plugin path (goal < 1 %)")
+    print(
+        f"post-processing: median {t_post * 1e3:.1f} ms = {100 * t_post / t_plugin:.2f} % "
+        f"of the plugin path (goal < 1 %)"
+    )
     llm.llm_engine.engine_core.shutdown()
 
 

@@ -16,13 +16,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import interleaved, median, print_settings  # noqa: E402
+from _common import interleaved, median, print_settings
 
-from bge_m3_sparse_plugin import sparse  # noqa: E402
-from bge_m3_sparse_plugin.sparse import lexical_weights_batch  # noqa: E402
+from bge_m3_sparse_plugin import sparse
+from bge_m3_sparse_plugin.sparse import lexical_weights_batch
 
 sys.path.insert(0, str(Path(__file__).parent.parent))  # the repository, for tests/reference.py
-from tests.reference import flagembedding_loop as _flagembedding_loop  # noqa: E402
+import itertools
+
+from tests.reference import flagembedding_loop as _flagembedding_loop
 
 N_SEQ, SEQ_LEN, VOCAB, ROUNDS = 1000, 512, 250002, 7
 SPECIAL = frozenset({0, 1, 2, 3})
@@ -51,8 +53,12 @@ def main() -> None:
     id_lists = [row.tolist() for row in ids]  # FlagEmbedding's input: Python lists
     ids_rows, w_rows = list(ids), list(weights)  # the plugin's: one array per sequence
     print_settings(
-        sequences=N_SEQ, tokens_per_sequence=SEQ_LEN, vocab=VOCAB, dtype="float32",
-        rounds=ROUNDS, numpy=np.__version__,
+        sequences=N_SEQ,
+        tokens_per_sequence=SEQ_LEN,
+        vocab=VOCAB,
+        dtype="float32",
+        rounds=ROUNDS,
+        numpy=np.__version__,
         repeats_per_sequence=f"{SEQ_LEN - np.mean([len(set(r)) for r in id_lists]):.0f} on average",
     )
 
@@ -66,10 +72,13 @@ def main() -> None:
                 np.concatenate(ids_rows), np.concatenate(w_rows), lengths, SPECIAL
             )
             edges = bounds.tolist()
-            return [(out_ids[a:b], out_w[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+            return [(out_ids[a:b], out_w[a:b]) for a, b in itertools.pairwise(edges)]
+
         return run
 
-    sparse.lexical_weights_flat_compiled(ids[0], weights[0], np.array([SEQ_LEN]), SPECIAL)  # compile
+    sparse.lexical_weights_flat_compiled(
+        ids[0], weights[0], np.array([SEQ_LEN]), SPECIAL
+    )  # compile
     paths = {
         "plugin_compiled": plugin_batch(sparse.lexical_weights_flat_compiled),
         "plugin_numpy": plugin_batch(sparse.lexical_weights_flat_numpy),
@@ -91,9 +100,12 @@ def main() -> None:
     for name in paths:
         t = median(times[name])
         goal = " (goal >= 20x)" if name == "plugin_compiled" else ""
-        print(f"{name:<16}    median {t * 1e3:.1f} ms, ratio flagembedding/plugin: {t_flag / t:.1f}x{goal}")
+        print(
+            f"{name:<16}    median {t * 1e3:.1f} ms, ratio flagembedding/plugin: {t_flag / t:.1f}x{goal}"
+        )
     if not all(identical.values()):
         raise SystemExit("results differ")
+
 
 if __name__ == "__main__":
     main()

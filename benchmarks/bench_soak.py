@@ -31,13 +31,19 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import documents, model_dir, print_settings  # noqa: E402
-from _server import SERVED_MODEL_NAME, BenchServer, percentile  # noqa: E402
+from _common import documents, model_dir, print_settings
+from _server import SERVED_MODEL_NAME, BenchServer, percentile
 
 FORMATS = ["token_weights", "lexical_weights", "indices_values"]
 TOO_LONG = "x " * 1100
-BAD = [{"input": 5}, {"input": ["ok", 3]}, {"input": []}, {"input": "x", "top_k": 0},
-       {"input": [0, 10**7, 2]}, {"input": "x", "sparse_format": "csr"}]
+BAD = [
+    {"input": 5},
+    {"input": ["ok", 3]},
+    {"input": []},
+    {"input": "x", "top_k": 0},
+    {"input": [0, 10**7, 2]},
+    {"input": "x", "sparse_format": "csr"},
+]
 
 
 def draw(rng: random.Random, docs: list[str]) -> tuple[str, dict]:
@@ -45,8 +51,11 @@ def draw(rng: random.Random, docs: list[str]) -> tuple[str, dict]:
     if roll < 0.55:
         texts = rng.sample(docs, rng.choice([1, 1, 2, 4, 8, 16]))
         fmt = rng.choice(FORMATS)
-        data: dict = {"input": texts[0] if len(texts) == 1 and rng.random() < 0.5 else texts,
-                      "sparse_format": fmt, "return_dense": rng.random() < 0.3}
+        data: dict = {
+            "input": texts[0] if len(texts) == 1 and rng.random() < 0.5 else texts,
+            "sparse_format": fmt,
+            "return_dense": rng.random() < 0.3,
+        }
         if fmt == "token_weights" and rng.random() < 0.5:
             data["return_tokens"] = True
         if rng.random() < 0.3:
@@ -67,8 +76,9 @@ def check(data: dict, resp: httpx.Response) -> None:
     assert ("dense_embedding" in items[0]) == data["return_dense"]
 
 
-async def client_loop(url: str, seed: int, docs: list[str], deadline: float,
-                      latencies: list[float], counts: Counter) -> None:
+async def client_loop(
+    url: str, seed: int, docs: list[str], deadline: float, latencies: list[float], counts: Counter
+) -> None:
     rng = random.Random(seed)
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
         while time.monotonic() < deadline:
@@ -113,7 +123,10 @@ async def soak(
     deadline = start + seconds
     await asyncio.gather(
         sample_rss(),
-        *(client_loop(server.url, i, docs, deadline, latencies, counts) for i in range(concurrency)),
+        *(
+            client_loop(server.url, i, docs, deadline, latencies, counts)
+            for i in range(concurrency)
+        ),
     )
     took = time.monotonic() - start
     rss["end"] = server.rss_mb()
@@ -122,10 +135,14 @@ async def soak(
         await asyncio.sleep(0.5)
     sent = sum(counts.values())
     print(f"  {took:.0f} s, {sent} requests ({sent / took:.1f}/s): {dict(counts)}")
-    print(f"  valid requests: {len(latencies) / took:.1f}/s, p50 {percentile(latencies, 50) * 1000:.0f} ms, "
-          f"p99 {percentile(latencies, 99) * 1000:.0f} ms")
-    print(f"  API server RSS: after warm-up {rss['start']:.0f} MB, middle {rss['middle']:.0f} MB, "
-          f"end {rss['end']:.0f} MB; middle to end {100 * (rss['end'] / rss['middle'] - 1):+.2f} % (goal < 5 %)")
+    print(
+        f"  valid requests: {len(latencies) / took:.1f}/s, p50 {percentile(latencies, 50) * 1000:.0f} ms, "
+        f"p99 {percentile(latencies, 99) * 1000:.0f} ms"
+    )
+    print(
+        f"  API server RSS: after warm-up {rss['start']:.0f} MB, middle {rss['middle']:.0f} MB, "
+        f"end {rss['end']:.0f} MB; middle to end {100 * (rss['end'] / rss['middle'] - 1):+.2f} % (goal < 5 %)"
+    )
     print(f"  pending-state size once the stream stopped: {pending(server.url):g} (goal 0)")
     print(f"  server alive: {server.proc.poll() is None}")
 
@@ -138,7 +155,9 @@ def main() -> None:
     args = parser.parse_args()
     path = model_dir(args.model)
     docs = documents(64, 60)
-    print_settings(model=f"{args.model} ({path})", minutes=args.minutes, concurrency=args.concurrency)
+    print_settings(
+        model=f"{args.model} ({path})", minutes=args.minutes, concurrency=args.concurrency
+    )
     server = BenchServer(path, Path("/tmp/bench_soak_server.log"))
     try:
         # Warm-up: every kind of request once, so that start-up allocations are done.

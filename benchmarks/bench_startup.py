@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import HF_OVERRIDES, model_dir, print_settings, use_cpu_engine_env  # noqa: E402
+from _common import HF_OVERRIDES, model_dir, print_settings, use_cpu_engine_env
 
 IMPORT_PROBE = r"""
 import json, time
@@ -40,8 +40,9 @@ def main() -> None:
     print_settings(model=f"small ({path})")
     imports = []
     for _ in range(5):
-        out = subprocess.run([sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_PROBE], capture_output=True, text=True, check=True
+        )
         imports.append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
     t_import = statistics.median(imports)
 
@@ -49,9 +50,14 @@ def main() -> None:
 
     from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
 
-    llm = LLM(model=str(path), runner="pooling", hf_overrides=HF_OVERRIDES,
-              io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
-              gpu_memory_utilization=0.2)
+    llm = LLM(
+        model=str(path),
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+    )
     plugin_io = llm.pooling_io_processors["plugin"]
     builds = []
     for _ in range(20):

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import (  # noqa: E402
+from _common import (
     CPU_ENGINE_ENV,
     HF_OVERRIDES,
     documents,
@@ -32,16 +32,22 @@ from _common import (  # noqa: E402
     print_settings,
 )
 
-ENGINE_KW = dict(max_num_batched_tokens=16384, max_num_seqs=256)
+ENGINE_KW = {"max_num_batched_tokens": 16384, "max_num_seqs": 256}
 
 
 def worker(path: str, n_docs: int, words: int) -> None:
     """Serve timing requests on stdin: one line in, one JSON line out."""
     from vllm import LLM
 
-    llm = LLM(model=path, runner="pooling", hf_overrides=HF_OVERRIDES,
-              io_processor_plugin="bge_m3_sparse_plugin", dtype="float32",
-              gpu_memory_utilization=0.2, **ENGINE_KW)
+    llm = LLM(
+        model=path,
+        runner="pooling",
+        hf_overrides=HF_OVERRIDES,
+        io_processor_plugin="bge_m3_sparse_plugin",
+        dtype="float32",
+        gpu_memory_utilization=0.2,
+        **ENGINE_KW,
+    )
     request = {"data": {"input": documents(n_docs, words), "return_dense": True}}
     llm.encode(request, pooling_task="plugin", use_tqdm=False)  # warm-up
     out = sys.__stdout__
@@ -58,10 +64,21 @@ def worker(path: str, n_docs: int, words: int) -> None:
 class Worker:
     def __init__(self, path: Path, n_docs: int, words: int, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(path), "--docs", str(n_docs),
-             "--words", str(words)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            text=True, env=env,
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(path),
+                "--docs",
+                str(n_docs),
+                "--words",
+                str(words),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
         )
         self._read()  # ready
 
@@ -91,8 +108,10 @@ def bench_size(size: str, n_docs: int, words: int, rounds: int) -> dict[str, flo
     default_env = {k: v for k, v in os.environ.items() if k not in CPU_ENGINE_ENV}
     tuned_env = {**default_env, **CPU_ENGINE_ENV}
     # Engines start one at a time, before any timing.
-    workers = {"vllm_default": Worker(path, n_docs, words, default_env),
-               "vllm_tuned": Worker(path, n_docs, words, tuned_env)}
+    workers = {
+        "vllm_default": Worker(path, n_docs, words, default_env),
+        "vllm_tuned": Worker(path, n_docs, words, tuned_env),
+    }
 
     def run_flag() -> float:
         start = time.perf_counter()
@@ -110,10 +129,15 @@ def bench_size(size: str, n_docs: int, words: int, rounds: int) -> dict[str, flo
     result = {name: median(t) for name, t in times.items()}
     print(f"[{size}] torch threads for FlagEmbedding: {torch.get_num_threads()}")
     for name, t in result.items():
-        print(f"[{size}] {name:14s} median {t:7.2f} s  {n_docs / t:6.1f} docs/s  (all: "
-              + ", ".join(f"{x:.2f}" for x in times[name]) + ")")
+        print(
+            f"[{size}] {name:14s} median {t:7.2f} s  {n_docs / t:6.1f} docs/s  (all: "
+            + ", ".join(f"{x:.2f}" for x in times[name])
+            + ")"
+        )
     for name in workers:
-        print(f"[{size}] throughput {name} / flagembedding: {result['flagembedding'] / result[name]:.2f}x")
+        print(
+            f"[{size}] throughput {name} / flagembedding: {result['flagembedding'] / result[name]:.2f}x"
+        )
     return result
 
 
@@ -127,11 +151,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker:
         return worker(args.worker, args.docs, args.words)
-    print_settings(docs=args.docs, tokens_per_doc=args.words + 3, dtype="float32",
-                   rounds=args.rounds, sizes=args.sizes, engine_kwargs=ENGINE_KW,
-                   tuned_env=CPU_ENGINE_ENV,
-                   cores="FlagEmbedding: torch's threads (all cores); vLLM default: 1 core computes, "
-                         "1 reserved; vLLM tuned: all cores compute")
+    print_settings(
+        docs=args.docs,
+        tokens_per_doc=args.words + 3,
+        dtype="float32",
+        rounds=args.rounds,
+        sizes=args.sizes,
+        engine_kwargs=ENGINE_KW,
+        tuned_env=CPU_ENGINE_ENV,
+        cores="FlagEmbedding: torch's threads (all cores); vLLM default: 1 core computes, "
+        "1 reserved; vLLM tuned: all cores compute",
+    )
     for size in args.sizes.split(","):
         bench_size(size, args.docs, args.words, args.rounds)
 

@@ -30,8 +30,13 @@ def main() -> None:
         print("query, top 3 tokens:", query.sparse_embedding)
         docs = client.embed(DOCS, sparse_format="indices_values").data
         for text, doc in zip(DOCS, docs):
-            print(f"score {lexical_matching_score(query, doc):.4f}  {text!r}  {doc.sparse_embedding}")
-        print("lexical_weights:", client.embed("hi, bge-m3", sparse_format="lexical_weights").data[0].sparse_embedding)
+            print(
+                f"score {lexical_matching_score(query, doc):.4f}  {text!r}  {doc.sparse_embedding}"
+            )
+        print(
+            "lexical_weights:",
+            client.embed("hi, bge-m3", sparse_format="lexical_weights").data[0].sparse_embedding,
+        )
         try:
             client.embed([0, 10**6, 2])
         except SparseEmbeddingError as err:

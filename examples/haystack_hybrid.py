@@ -13,7 +13,12 @@ import json
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--dim", type=int, default=128, help="the dense size: 1024 for bge-m3, 128 for the small model")
+    parser.add_argument(
+        "--dim",
+        type=int,
+        default=128,
+        help="the dense size: 1024 for bge-m3, 128 for the small model",
+    )
     args = parser.parse_args()
     url = args.url
     with open("examples/sample_corpus.jsonl") as f:
@@ -24,9 +29,14 @@ def main() -> None:
     from haystack_integrations.components.retrievers.qdrant import QdrantHybridRetriever
     from haystack_integrations.document_stores.qdrant import QdrantDocumentStore
 
-    from bge_m3_sparse_plugin.integrations.haystack import BgeM3SparseDocumentEmbedder, BgeM3SparseTextEmbedder
+    from bge_m3_sparse_plugin.integrations.haystack import (
+        BgeM3SparseDocumentEmbedder,
+        BgeM3SparseTextEmbedder,
+    )
 
-    store = QdrantDocumentStore(":memory:", use_sparse_embeddings=True, embedding_dim=args.dim, progress_bar=False)
+    store = QdrantDocumentStore(
+        ":memory:", use_sparse_embeddings=True, embedding_dim=args.dim, progress_bar=False
+    )
     indexing = Pipeline()
     indexing.add_component("embedder", BgeM3SparseDocumentEmbedder(url, return_dense=True))
     indexing.add_component("writer", DocumentWriter(store))

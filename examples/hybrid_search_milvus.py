@@ -112,17 +112,29 @@ def _hits(result) -> list[Hit]:
 
 def sparse_search(milvus: MilvusClient, query: dict[int, float], limit: int) -> list[Hit]:
     """Inner product of sparse vectors: FlagEmbedding's lexical matching score."""
-    return _hits(milvus.search(
-        COLLECTION, data=[query], anns_field="sparse", limit=limit,
-        search_params={"metric_type": "IP"}, output_fields=["text"],
-    ))
+    return _hits(
+        milvus.search(
+            COLLECTION,
+            data=[query],
+            anns_field="sparse",
+            limit=limit,
+            search_params={"metric_type": "IP"},
+            output_fields=["text"],
+        )
+    )
 
 
 def dense_search(milvus: MilvusClient, query: list[float], limit: int) -> list[Hit]:
-    return _hits(milvus.search(
-        COLLECTION, data=[query], anns_field="dense", limit=limit,
-        search_params={"metric_type": "IP"}, output_fields=["text"],
-    ))
+    return _hits(
+        milvus.search(
+            COLLECTION,
+            data=[query],
+            anns_field="dense",
+            limit=limit,
+            search_params={"metric_type": "IP"},
+            output_fields=["text"],
+        )
+    )
 
 
 def hybrid_search(
@@ -133,9 +145,15 @@ def hybrid_search(
         AnnSearchRequest([dense], "dense", {"metric_type": "IP"}, limit=limit),
         AnnSearchRequest([sparse], "sparse", {"metric_type": "IP"}, limit=limit),
     ]
-    return _hits(milvus.hybrid_search(
-        COLLECTION, requests, RRFRanker(60), limit=limit, output_fields=["text"],
-    ))
+    return _hits(
+        milvus.hybrid_search(
+            COLLECTION,
+            requests,
+            RRFRanker(60),
+            limit=limit,
+            output_fields=["text"],
+        )
+    )
 
 
 def main() -> None:
@@ -151,8 +169,10 @@ def main() -> None:
         queries = embed(client, QUERIES)
     milvus = MilvusClient(args.db)
     build_collection(milvus, CORPUS, docs)
-    print(f"{len(CORPUS)} docs in Milvus Lite ({args.db}): dense dim {len(docs.dense[0])}, "
-          f"{sum(map(len, docs.sparse)) / len(CORPUS):.1f} sparse entries per doc")
+    print(
+        f"{len(CORPUS)} docs in Milvus Lite ({args.db}): dense dim {len(docs.dense[0])}, "
+        f"{sum(map(len, docs.sparse)) / len(CORPUS):.1f} sparse entries per doc"
+    )
     for i, query in enumerate(QUERIES):
         print(f"\nquery: {query}")
         for name, hits in (

@@ -23,8 +23,11 @@ def main() -> None:
 
     sparse = BgeM3SparseEmbeddings(url, return_dense=True)  # one request: both vectors
     store = QdrantVectorStore.from_texts(
-        texts, embedding=sparse.dense_embeddings, sparse_embedding=sparse,
-        location=":memory:", retrieval_mode=RetrievalMode.HYBRID,
+        texts,
+        embedding=sparse.dense_embeddings,
+        sparse_embedding=sparse,
+        location=":memory:",
+        retrieval_mode=RetrievalMode.HYBRID,
     )
     for doc in store.similarity_search(texts[8], k=3):
         print(doc.page_content[:70])

@@ -28,13 +28,21 @@ def main() -> None:
     from bge_m3_sparse_plugin.integrations.llamaindex import BgeM3Sparse
 
     bge = BgeM3Sparse(url, return_dense=True)
-    store = QdrantVectorStore("docs", client=QdrantClient(":memory:"), enable_hybrid=True,
-                              sparse_doc_fn=bge.sparse_doc_fn, sparse_query_fn=bge.sparse_query_fn)
+    store = QdrantVectorStore(
+        "docs",
+        client=QdrantClient(":memory:"),
+        enable_hybrid=True,
+        sparse_doc_fn=bge.sparse_doc_fn,
+        sparse_query_fn=bge.sparse_query_fn,
+    )
     index = VectorStoreIndex.from_documents(
-        [Document(text=t) for t in texts], embed_model=bge.embed_model,
+        [Document(text=t) for t in texts],
+        embed_model=bge.embed_model,
         storage_context=StorageContext.from_defaults(vector_store=store),
     )
-    retriever = index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=3, sparse_top_k=10)
+    retriever = index.as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=3, sparse_top_k=10
+    )
     for hit in retriever.retrieve(texts[8]):
         print(f"{hit.score:.3f}  {hit.node.get_content()[:70]}")
 

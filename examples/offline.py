@@ -1,7 +1,7 @@
 """Sparse embeddings offline: vLLM's LLM.encode with the plugin.
 
-    python examples/offline.py                    # the built-in small random model
-    python examples/offline.py --model BAAI/bge-m3 --dtype float16 --gpu-memory-utilization 0.9
+python examples/offline.py                    # the built-in small random model
+python examples/offline.py --model BAAI/bge-m3 --dtype float16 --gpu-memory-utilization 0.9
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ DEFAULT_MODEL_DIR = "models/bge-m3-tiny"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help=f"model path or name (default: build {DEFAULT_MODEL_DIR})")
+    parser.add_argument(
+        "--model", default=None, help=f"model path or name (default: build {DEFAULT_MODEL_DIR})"
+    )
     parser.add_argument("--dtype", default="float32")
     # The CPU backend reserves this share of the NUMA node's memory for the KV cache.
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.2)

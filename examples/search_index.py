@@ -34,8 +34,11 @@ def main() -> None:
     qdrant = QdrantClient(path=args.qdrant)
     try:
         hits = qdrant.query_points(
-            args.collection, query=models.SparseVector(**query), using="sparse",
-            limit=args.top, with_payload=True,
+            args.collection,
+            query=models.SparseVector(**query),
+            using="sparse",
+            limit=args.top,
+            with_payload=True,
         ).points
     finally:
         qdrant.close()

@@ -31,19 +31,27 @@ BAD_JSONL_LINES = [
     (b'{"id": "list", "text": ["a", "b"]}', "the text is list, not a string"),
     (b'{"id": "no-text", "body": "a text under another name"}', "no 'text' field"),
     (b'{"id": "bytes", "text": "caf\xe9 au lait"}', "undecodable bytes"),
-    (("{\"id\": \"too-long\", \"text\": \"" + "word " * 1100 + "\"}").encode(), "tokens, more than the model's 1024"),
+    (
+        ('{"id": "too-long", "text": "' + "word " * 1100 + '"}').encode(),
+        "tokens, more than the model's 1024",
+    ),
 ]
 
 
 def make_corpus(folder: Path) -> dict:
     """100 rows each of JSONL (with the bad rows among them), Parquet and CSV."""
-    jsonl_texts, parquet_texts, csv_texts = texts(N_PER_FORMAT, 1), texts(N_PER_FORMAT, 2), texts(N_PER_FORMAT, 3)
+    jsonl_texts, parquet_texts, csv_texts = (
+        texts(N_PER_FORMAT, 1),
+        texts(N_PER_FORMAT, 2),
+        texts(N_PER_FORMAT, 3),
+    )
     lines = [json.dumps({"id": f"j{i}", "text": t}).encode() for i, t in enumerate(jsonl_texts)]
     for k, (line, _) in enumerate(BAD_JSONL_LINES):
         lines.insert(10 + 13 * k, line)
     (folder / "a.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     pq.write_table(
-        pa.table({"id": [f"p{i}" for i in range(N_PER_FORMAT)], "text": parquet_texts}), folder / "b.parquet"
+        pa.table({"id": [f"p{i}" for i in range(N_PER_FORMAT)], "text": parquet_texts}),
+        folder / "b.parquet",
     )
     with open(folder / "c.csv", "w", newline="") as f:
         writer = csv.writer(f)
@@ -53,14 +61,31 @@ def make_corpus(folder: Path) -> dict:
     good |= {f"p{i}": t for i, t in enumerate(parquet_texts)}
     good |= {f"c.csv:{i}": t for i, t in enumerate(csv_texts)}
     bytes_row = lines.index(BAD_JSONL_LINES[5][0])
-    return {"folder": folder, "good": good, "rows": len(lines) + 2 * N_PER_FORMAT, "bytes_row": bytes_row}
+    return {
+        "folder": folder,
+        "good": good,
+        "rows": len(lines) + 2 * N_PER_FORMAT,
+        "bytes_row": bytes_row,
+    }
 
 
 def index_cmd(model_dir: Path, corpus: dict, out: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(corpus["folder"]), str(out),
-        "--model", str(model_dir), "--dtype", "float32", "--rows-per-shard", str(ROWS_PER_SHARD),
-        "--batch-size", "16", *extra,
+        sys.executable,
+        "-m",
+        "bge_m3_sparse_plugin",
+        "index",
+        str(corpus["folder"]),
+        str(out),
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "float32",
+        "--rows-per-shard",
+        str(ROWS_PER_SHARD),
+        "--batch-size",
+        "16",
+        *extra,
     ]
 
 

@@ -50,20 +50,32 @@ class Server:
             "serve": ["-m", "bge_m3_sparse_plugin.vllm_cli", "serve", str(model_dir)],
         }[launcher]
         cmd = [
-            sys.executable, *start,
-            "--served-model-name", SERVED_MODEL_NAME,
-            "--runner", "pooling",
-            "--hf-overrides", json.dumps(HF_OVERRIDES),
-            "--io-processor-plugin", "bge_m3_sparse_plugin",
-            "--dtype", "float32",
-            "--gpu-memory-utilization", "0.2",
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
+            sys.executable,
+            *start,
+            "--served-model-name",
+            SERVED_MODEL_NAME,
+            "--runner",
+            "pooling",
+            "--hf-overrides",
+            json.dumps(HF_OVERRIDES),
+            "--io-processor-plugin",
+            "bge_m3_sparse_plugin",
+            "--dtype",
+            "float32",
+            "--gpu-memory-utilization",
+            "0.2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
             *extra_args,
         ]
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 -- open while the server runs; stop() closes it
         self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
             start_new_session=True,
         )
 
@@ -71,7 +83,9 @@ class Server:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(
+                    f"vLLM server exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
                     if resp.status == 200:

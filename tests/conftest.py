@@ -14,7 +14,6 @@ from ._index_corpus import index_cmd, make_corpus, run
 from ._server import Server
 
 
-
 @pytest.fixture(scope="session")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("bge-m3-tiny"))
@@ -51,10 +50,16 @@ def llm(model_dir: Path):
 
 
 def _start_server(
-    model_dir: Path, log_dir: Path, name: str, extra_args: list[str] = (), env: dict | None = None,
+    model_dir: Path,
+    log_dir: Path,
+    name: str,
+    extra_args: list[str] = (),
+    env: dict | None = None,
     launcher: str = "api_server",
 ):
-    server = Server(model_dir, log_dir / f"{name}.log", list(extra_args), env=env, launcher=launcher)
+    server = Server(
+        model_dir, log_dir / f"{name}.log", list(extra_args), env=env, launcher=launcher
+    )
     try:
         server.wait_ready()
     except BaseException:
@@ -97,7 +102,10 @@ def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """A server of the 'embed' pooling task (the plugin loaded too): the one
     configuration in which vLLM 0.32 serves /v1/embeddings for bge-m3."""
     srv = _start_server(
-        model_dir, tmp_path_factory.mktemp("logs"), "embed-server", ["--pooler-config", '{"task": "embed"}'],
+        model_dir,
+        tmp_path_factory.mktemp("logs"),
+        "embed-server",
+        ["--pooler-config", '{"task": "embed"}'],
     )
     yield srv
     srv.stop()
@@ -108,7 +116,9 @@ def _clean_env():
     """The plugin's and vLLM's variables from a developer's shell would change
     what the servers and engines started here do: none of them get through.
     Tests that need one pass it to the server they start."""
-    removed = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("BGE_M3_SPARSE_", "VLLM_"))}
+    removed = {
+        k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("BGE_M3_SPARSE_", "VLLM_"))
+    }
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     yield
     os.environ.update(removed)
@@ -148,7 +158,10 @@ def keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 def env_keyed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """The key from VLLM_API_KEY instead of the flag."""
     srv = _start_server(
-        model_dir, tmp_path_factory.mktemp("logs"), "env-keyed-server", env={"VLLM_API_KEY": API_KEY}
+        model_dir,
+        tmp_path_factory.mktemp("logs"),
+        "env-keyed-server",
+        env={"VLLM_API_KEY": API_KEY},
     )
     yield srv
     srv.stop()

@@ -24,7 +24,9 @@ def assert_sparse_equal(
     it fails unless ``may_be_empty`` says the emptiness is what is tested."""
     got_ids = [e["token_id"] for e in plugin_entries]
     want_ids = [int(k) for k in flag_weights]
-    assert want_ids or may_be_empty, f"{label}: FlagEmbedding gives no weight, so this compares nothing"
+    assert want_ids or may_be_empty, (
+        f"{label}: FlagEmbedding gives no weight, so this compares nothing"
+    )
     assert got_ids == want_ids, f"{label}: ids differ\nplugin: {got_ids}\nflag:   {want_ids}"
     got = np.array([e["weight"] for e in plugin_entries], dtype=np.float64)
     want = np.array([float(v) for v in flag_weights.values()], dtype=np.float64)

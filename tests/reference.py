@@ -32,7 +32,8 @@ def reference_prune(
 ) -> list[tuple[int, float]]:
     """``top_k`` and ``min_weight`` as the README states them, one entry at a time."""
     kept = [
-        (pos, token, w) for pos, (token, w) in enumerate(entries)
+        (pos, token, w)
+        for pos, (token, w) in enumerate(entries)
         if min_weight is None or w >= min_weight
     ]
     if top_k is not None:

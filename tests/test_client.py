@@ -54,7 +54,10 @@ def test_client_without_a_model_name_and_with_a_trailing_slash(server):
         got = client.embed(SEED_INPUT, return_tokens=True)
     assert got == raw(server, {"input": SEED_INPUT, "return_tokens": True})
     assert [e["token"] for e in got.data[0].sparse_embedding] == [
-        e["token"] for e in raw(server, {"input": "I love China", "return_tokens": True}).data[0].sparse_embedding
+        e["token"]
+        for e in raw(server, {"input": "I love China", "return_tokens": True})
+        .data[0]
+        .sparse_embedding
     ]
 
 
@@ -74,9 +77,11 @@ def test_async_client_concurrent_requests_each_get_their_own_answer(server):
 
 
 def test_server_refusal_raises_with_the_servers_message(server):
-    with SparseEmbeddingClient(server.url, model=SERVED_MODEL_NAME) as client:
-        with pytest.raises(SparseEmbeddingError) as info:
-            client.embed([0, 10**6, 2])  # valid ids for the schema, outside the vocabulary
+    with (
+        SparseEmbeddingClient(server.url, model=SERVED_MODEL_NAME) as client,
+        pytest.raises(SparseEmbeddingError) as info,
+    ):
+        client.embed([0, 10**6, 2])  # valid ids for the schema, outside the vocabulary
     err = info.value
     assert err.status_code == 400
     assert err.param == "data.input"
@@ -97,14 +102,18 @@ def test_async_server_refusal_raises_too(server):
 
 def test_bad_options_are_refused_before_sending():
     # Nothing listens there: the request must not be sent at all.
-    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client:
-        with pytest.raises(SparseEmbeddingError) as info:
-            client.embed("x", top_k=0)
+    with (
+        SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client,
+        pytest.raises(SparseEmbeddingError) as info,
+    ):
+        client.embed("x", top_k=0)
     assert info.value.status_code is None
     assert info.value.param == "data.top_k"
-    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client:
-        with pytest.raises(SparseEmbeddingError, match="data.top: Extra inputs are not permitted"):
-            client.embed("x", top=3)
+    with (
+        SparseEmbeddingClient("http://127.0.0.1:9", timeout=1) as client,
+        pytest.raises(SparseEmbeddingError, match=r"data\.top: Extra inputs are not permitted"),
+    ):
+        client.embed("x", top=3)
 
 
 def test_timeout_is_honoured():
@@ -113,17 +122,21 @@ def test_timeout_is_honoured():
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(1)
-        url = "http://127.0.0.1:%d" % silent.getsockname()[1]
-        with SparseEmbeddingClient(url, timeout=0.5) as client:
-            with pytest.raises(httpx.ReadTimeout) as info:
-                client.embed("x")
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with (
+            SparseEmbeddingClient(url, timeout=0.5) as client,
+            pytest.raises(httpx.ReadTimeout) as info,
+        ):
+            client.embed("x")
     assert info.value.request.extensions["timeout"]["read"] == 0.5
 
 
 def test_base_url_is_honoured(server):
-    with SparseEmbeddingClient("http://127.0.0.1:9", timeout=5) as client:
-        with pytest.raises(httpx.ConnectError):
-            client.embed("x")
+    with (
+        SparseEmbeddingClient("http://127.0.0.1:9", timeout=5) as client,
+        pytest.raises(httpx.ConnectError),
+    ):
+        client.embed("x")
     with SparseEmbeddingClient(server.url, timeout=60) as client:
         assert client.embed("x") == raw(server, {"input": "x"})
 

@@ -10,11 +10,20 @@ from bge_m3_sparse_plugin.client import SparseEmbeddingClient, SparseEmbeddingEr
 
 def client_answering(status: int, **response) -> SparseEmbeddingClient:
     transport = httpx.MockTransport(lambda request: httpx.Response(status, **response))
-    return SparseEmbeddingClient("http://plugin.test", http_client=httpx.Client(transport=transport))
+    return SparseEmbeddingClient(
+        "http://plugin.test", http_client=httpx.Client(transport=transport)
+    )
 
 
 def test_a_5xx_carries_the_servers_message():
-    error = {"error": {"message": "EngineCore died", "type": "InternalServerError", "param": None, "code": 500}}
+    error = {
+        "error": {
+            "message": "EngineCore died",
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
     with pytest.raises(SparseEmbeddingError) as info:
         client_answering(500, json=error).embed("x")
     assert info.value.status_code == 500
@@ -39,4 +48,7 @@ def test_embed_options_name_every_request_field():
     from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest
 
     request_fields = set(SparseEmbeddingRequest.model_fields) - {"input"}
-    assert set(EmbedOptions.__annotations__) == request_fields | {"truncate_prompt_tokens", "request_id"}
+    assert set(EmbedOptions.__annotations__) == request_fields | {
+        "truncate_prompt_tokens",
+        "request_id",
+    }

@@ -30,12 +30,25 @@ def test_client_extra_installs_and_works_without_vllm(server, tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
     install = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", f"{ROOT}[client]"],
-        capture_output=True, text=True, timeout=600,
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            f"{ROOT}[client]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     out = subprocess.run(
-        [str(python), "-c", SCRIPT, server.url], capture_output=True, text=True, timeout=120,
+        [str(python), "-c", SCRIPT, server.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
         cwd=tmp_path,  # not the checkout, so that the installed package is the one imported
     )
     assert out.returncode == 0, out.stderr[-3000:]

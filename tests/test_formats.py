@@ -30,12 +30,15 @@ def test_the_three_formats():
         {"token_id": 1200, "weight": 0.125, "token": "China"},
     ]
     assert format_sparse(IDS, WEIGHTS, None, "token_weights")[0] == {
-        "token_id": 87, "weight": 0.5, "token": None,
+        "token_id": 87,
+        "weight": 0.5,
+        "token": None,
     }
     lexical = format_sparse(IDS, WEIGHTS, None, "lexical_weights")
     assert list(lexical.items()) == [("87", 0.5), ("5", 0.25), ("1200", 0.125)]
     assert format_sparse(IDS, WEIGHTS, None, "indices_values") == {
-        "indices": [87, 5, 1200], "values": [0.5, 0.25, 0.125],
+        "indices": [87, 5, 1200],
+        "values": [0.5, 0.25, 0.125],
     }
     with pytest.raises(ValueError, match="sparse_format must be one of"):
         format_sparse(IDS, WEIGHTS, None, "csr")
@@ -70,7 +73,9 @@ def test_score_equals_flagembedding_on_its_own_dicts():
     doc = {"5": np.float32(0.7), "87": np.float32(0.1), "11": np.float32(0.9)}
     want = flag_score(query, doc)
     assert lexical_matching_score(query, doc) == want
-    assert lexical_matching_score(query, {"1": np.float32(1.0)}) == flag_score(query, {"1": 1.0}) == 0
+    assert (
+        lexical_matching_score(query, {"1": np.float32(1.0)}) == flag_score(query, {"1": 1.0}) == 0
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -65,24 +65,32 @@ def check_answer(resp: httpx.Response, data: Any) -> None:
     assert 400 <= resp.status_code < 500, resp.status_code
     message = error_message(resp)
     # The field (data.input, data.top_k, body.model ...) or the limit broken.
-    assert ("data" in message or "body" in message or "model" in message
-            or "context length" in message), (resp.status_code, message)
+    assert (
+        "data" in message or "body" in message or "model" in message or "context length" in message
+    ), (resp.status_code, message)
 
 
 # -- near-valid mutations of a valid data object ----------------------------
 
 ODD_TEXT = st.text(
     alphabet=st.characters(codec="utf-8", categories=["Cc", "Cf", "Co", "Mn", "So", "Zs", "Lo"]),
-    min_size=1, max_size=40,
+    min_size=1,
+    max_size=40,
 )
 TOKEN_IDS_AT_THE_EDGE = st.lists(
     st.sampled_from([0, 1, 2, VOCAB - 1, VOCAB, VOCAB + 1, 250_001, 250_002, 2**31, 2**63, 2**64]),
-    min_size=1, max_size=6,
+    min_size=1,
+    max_size=6,
 )
 ANY_JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=5),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 
@@ -103,10 +111,17 @@ def plugin_openapi() -> dict:
     return {
         "openapi": "3.1.0",
         "info": {"title": "bge_m3_sparse_plugin", "version": "1"},
-        "paths": {"/pooling": {"post": {
-            "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
-            "responses": {"200": {"description": "the embeddings"}},
-        }}},
+        "paths": {
+            "/pooling": {
+                "post": {
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": body}},
+                    },
+                    "responses": {"200": {"description": "the embeddings"}},
+                }
+            }
+        },
         "components": {"schemas": defs},
     }
 
@@ -122,10 +137,20 @@ def valid_data() -> st.SearchStrategy[dict]:
 def mutated(draw: st.DrawFn) -> dict:
     data = dict(draw(valid_data()))
     field = draw(st.sampled_from(sorted(SparseEmbeddingRequest.model_fields)))
-    kind = draw(st.sampled_from([
-        "wrong type", "out of range", "unknown field", "huge list", "deep nesting",
-        "odd unicode", "token ids at the vocabulary's edge", "missing input",
-    ]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "wrong type",
+                "out of range",
+                "unknown field",
+                "huge list",
+                "deep nesting",
+                "odd unicode",
+                "token ids at the vocabulary's edge",
+                "missing input",
+            ]
+        )
+    )
     if kind == "wrong type":
         data[field] = draw(ANY_JSON)
     elif kind == "out of range":
@@ -133,7 +158,9 @@ def mutated(draw: st.DrawFn) -> dict:
             st.sampled_from([0, -1, -0.5, 2**63, -(2**63), 1e308, -1e308])
         )
     elif kind == "unknown field":
-        data[draw(st.text(min_size=1, max_size=12).filter(lambda k: k not in data))] = draw(ANY_JSON)
+        data[draw(st.text(min_size=1, max_size=12).filter(lambda k: k not in data))] = draw(
+            ANY_JSON
+        )
     elif kind == "huge list":
         data["input"] = ["a"] * draw(st.sampled_from([1025, 5000]))
     elif kind == "deep nesting":
@@ -141,7 +168,9 @@ def mutated(draw: st.DrawFn) -> dict:
     elif kind == "odd unicode":
         data["input"] = draw(st.lists(ODD_TEXT, min_size=1, max_size=3))
     elif kind == "token ids at the vocabulary's edge":
-        data["input"] = draw(TOKEN_IDS_AT_THE_EDGE | st.lists(TOKEN_IDS_AT_THE_EDGE, min_size=1, max_size=3))
+        data["input"] = draw(
+            TOKEN_IDS_AT_THE_EDGE | st.lists(TOKEN_IDS_AT_THE_EDGE, min_size=1, max_size=3)
+        )
     else:
         data.pop("input", None)
     return data
@@ -200,11 +229,17 @@ def check_answer_any(resp: httpx.Response, body: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "body", [{"input": "x", "task": "plugin"}, {"messages": [{"role": "user", "content": "x"}], "task": "plugin"}]
+    "body",
+    [
+        {"input": "x", "task": "plugin"},
+        {"messages": [{"role": "user", "content": "x"}], "task": "plugin"},
+    ],
 )
 def test_known_vllm_500_is_still_there(server, body):
     # Pinned so that the README's known issue is dropped when vLLM fixes it.
-    resp = httpx.post(server.url + "/pooling", json={"model": SERVED_MODEL_NAME, **body}, timeout=TIMEOUT_S)
+    resp = httpx.post(
+        server.url + "/pooling", json={"model": SERVED_MODEL_NAME, **body}, timeout=TIMEOUT_S
+    )
     assert is_known_vllm_500(body)
     assert (resp.status_code, resp.json()["error"]["type"]) == (500, "InternalServerError")
     assert server.alive()
@@ -214,7 +249,8 @@ def test_server_still_answers_exactly_after_the_fuzz(server, flag_model):
     # Runs after the fuzz tests above (pytest keeps a file's order).
     assert server.alive()
     resp = httpx.post(
-        server.url + "/pooling", timeout=TIMEOUT_S,
+        server.url + "/pooling",
+        timeout=TIMEOUT_S,
         json={"model": SERVED_MODEL_NAME, "data": {"input": SEED_INPUT}},
     )
     assert resp.status_code == 200, resp.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +30,9 @@ def example():
 def test_the_example_runs_from_its_command(server, tmp_path, example):
     out = subprocess.run(
         [sys.executable, str(EXAMPLE), "--url", server.url, "--db", str(tmp_path / "demo.db")],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
@@ -63,7 +66,7 @@ def test_milvus_sparse_ranking_equals_the_lexical_matching_score(server, tmp_pat
                 assert score == pytest.approx(local[doc_id], rel=1e-5, abs=1e-6), queries[q]
             # The same order as the local scores, up to ties within float32 noise.
             ranked = [local[doc_id] for doc_id, _, _ in hits]
-            for better, worse in zip(ranked, ranked[1:]):
+            for better, worse in itertools.pairwise(ranked):
                 assert better >= worse - 1e-5 * max(abs(better), 1.0), (queries[q], ranked)
             assert sorted(ranked, reverse=True) == pytest.approx(
                 sorted(local, reverse=True)[: len(ranked)], rel=1e-5, abs=1e-6

@@ -25,16 +25,21 @@ from ._index_corpus import (
 
 pytestmark = pytest.mark.engine
 
+
 def test_every_good_row_equals_flagembedding(first_run, corpus, flag_model):
     out, result = first_run
     rows = read_output(out)
     assert set(rows) == set(corpus["good"]), result.stderr[-2000:]
     ids = sorted(rows)
-    flag = flag_model.encode([corpus["good"][i] for i in ids], return_sparse=True, max_length=1024, batch_size=32)
+    flag = flag_model.encode(
+        [corpus["good"][i] for i in ids], return_sparse=True, max_length=1024, batch_size=32
+    )
     for rid, weights in zip(ids, flag["lexical_weights"]):
         row = rows[rid]
         assert row["indices"] == [int(k) for k in weights], rid
-        np.testing.assert_allclose(row["values"], [float(v) for v in weights.values()], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            row["values"], [float(v) for v in weights.values()], rtol=1e-5, atol=1e-6
+        )
     # Not vacuous: the random model gives a short text no weight now and then, not often.
     assert sum(1 for row in rows.values() if row["indices"]) >= 0.9 * len(rows)
     schema = pq.read_schema(next(out.glob("part-*.parquet")))
@@ -85,7 +90,12 @@ def test_manifest_records_the_job_and_every_shard(first_run, corpus, model_dir):
     assert sum(s["documents"] for s in shards.values()) == len(corpus["good"])
     job = manifest["job"]
     assert job["model"] == str(model_dir.resolve())
-    assert (job["top_k"], job["truncate"], job["dense"], job["rows_per_shard"]) == (None, None, False, 40)
+    assert (job["top_k"], job["truncate"], job["dense"], job["rows_per_shard"]) == (
+        None,
+        None,
+        False,
+        40,
+    )
     assert not list(out.glob("*.tmp"))
 
 
@@ -112,7 +122,9 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
     out = tmp_path / "vectors"
     proc = subprocess.Popen(
         index_cmd(model_dir, corpus, out, "--no-progress"),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     manifest = out / "_manifest.json"
     deadline = time.monotonic() + 300
@@ -137,5 +149,9 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
         assert resumed[rid]["indices"] == row["indices"], rid
         assert resumed[rid]["num_tokens"] == row["num_tokens"], rid
         np.testing.assert_allclose(resumed[rid]["values"], row["values"], rtol=1e-5, atol=1e-6)
-    errors = sorted(e["id"] for e in map(json.loads, (out / "_errors.jsonl").read_text().splitlines()))
-    assert errors == sorted(e["id"] for e in map(json.loads, (first_out / "_errors.jsonl").read_text().splitlines()))
+    errors = sorted(
+        e["id"] for e in map(json.loads, (out / "_errors.jsonl").read_text().splitlines())
+    )
+    assert errors == sorted(
+        e["id"] for e in map(json.loads, (first_out / "_errors.jsonl").read_text().splitlines())
+    )

@@ -59,7 +59,11 @@ def test_ray_resumes_a_single_machine_output_and_equals_it(first_run, corpus, mo
         import subprocess
 
         result = subprocess.run(
-            index_cmd(model_dir, corpus, out, "--ray"), capture_output=True, text=True, timeout=600, env=env,
+            index_cmd(model_dir, corpus, out, "--ray"),
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
         )
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
@@ -103,9 +107,13 @@ def test_replicas_one_per_gpu_or_one_per_cores_per_replica_cores():
 
 
 def test_each_cpu_replica_binds_its_cores_and_keeps_none_back():
-    assert cpu_runtime_env(4) == {"env_vars": {
-        "VLLM_CPU_OMP_THREADS_BIND": "0-3", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "OMP_NUM_THREADS": "4",
-    }}
+    assert cpu_runtime_env(4) == {
+        "env_vars": {
+            "VLLM_CPU_OMP_THREADS_BIND": "0-3",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "OMP_NUM_THREADS": "4",
+        }
+    }
 
 
 def test_replicas_on_one_node_claim_different_cores_until_they_end():

@@ -27,8 +27,14 @@ def shards(out) -> list[ShardRows]:
     result = []
     for path in sorted(out.glob("part-*.parquet")):
         table = pq.read_table(path).to_pydict()
-        result.append(ShardRows(ids=table["id"], indices=table["indices"], values=table["values"],
-                                num_tokens=table["num_tokens"]))
+        result.append(
+            ShardRows(
+                ids=table["id"],
+                indices=table["indices"],
+                values=table["values"],
+                num_tokens=table["num_tokens"],
+            )
+        )
     return result
 
 
@@ -38,18 +44,27 @@ def count(kind: str, sink) -> int:
     return sink.client.query(sink.collection, filter="", output_fields=["count(*)"])[0]["count(*)"]
 
 
-def sparse_search(kind: str, sink, indices: list[int], values: list[float], limit: int) -> list[str]:
+def sparse_search(
+    kind: str, sink, indices: list[int], values: list[float], limit: int
+) -> list[str]:
     if kind == "qdrant":
         from qdrant_client import models
 
         hits = sink.client.query_points(
-            sink.collection, query=models.SparseVector(indices=indices, values=values),
-            using=SPARSE_FIELD, limit=limit, with_payload=True,
+            sink.collection,
+            query=models.SparseVector(indices=indices, values=values),
+            using=SPARSE_FIELD,
+            limit=limit,
+            with_payload=True,
         ).points
         return [hit.payload["id"] for hit in hits]
     hits = sink.client.search(
-        sink.collection, data=[dict(zip(indices, values))], anns_field=SPARSE_FIELD, limit=limit,
-        search_params={"metric_type": "IP"}, output_fields=["id"],
+        sink.collection,
+        data=[dict(zip(indices, values))],
+        anns_field=SPARSE_FIELD,
+        limit=limit,
+        search_params={"metric_type": "IP"},
+        output_fields=["id"],
     )[0]
     return [hit["id"] for hit in hits]
 
@@ -81,17 +96,27 @@ def test_a_shard_loaded_twice_leaves_each_point_once(loaded):
 
 def test_a_documents_own_vector_finds_it_first(loaded):
     kind, sink, rows = loaded
-    docs = {rid: {"indices": i, "values": v} for s in rows for rid, i, v in zip(s.ids, s.indices, s.values) if i}
+    docs = {
+        rid: {"indices": i, "values": v}
+        for s in rows
+        for rid, i, v in zip(s.ids, s.indices, s.values)
+        if i
+    }
     # Queries whose own document is, by the lexical score computed here, the best match.
-    queries = [rid for rid in sorted(docs)[::17]
-               if max(docs, key=lambda d: lexical_matching_score(docs[rid], docs[d])) == rid][:6]
+    queries = [
+        rid
+        for rid in sorted(docs)[::17]
+        if max(docs, key=lambda d: lexical_matching_score(docs[rid], docs[d])) == rid
+    ][:6]
     assert len(queries) >= 4
     for rid in queries:
         assert sparse_search(kind, sink, docs[rid]["indices"], docs[rid]["values"], 3)[0] == rid
 
 
 def test_sink_spec_is_checked():
-    assert parse_sink("qdrant:http://127.0.0.1:6333", "c") == SinkSpec("qdrant", "http://127.0.0.1:6333", "c")
+    assert parse_sink("qdrant:http://127.0.0.1:6333", "c") == SinkSpec(
+        "qdrant", "http://127.0.0.1:6333", "c"
+    )
     with pytest.raises(ValueError, match="give milvus-lite:PATH, milvus:URI, qdrant:PATH"):
         parse_sink("pinecone:x", "c")
 
@@ -99,9 +124,24 @@ def test_sink_spec_is_checked():
 def test_the_command_loads_qdrant_with_dense(model_dir, corpus, tmp_path):
     out, db = tmp_path / "vectors", tmp_path / "qdrant"
     cmd = [
-        sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(corpus["folder"] / "b.parquet"), str(out),
-        "--model", str(model_dir), "--dtype", "float32", "--rows-per-shard", "40", "--dense",
-        "--sink", f"qdrant:{db}", "--collection", "docs", "--no-progress",
+        sys.executable,
+        "-m",
+        "bge_m3_sparse_plugin",
+        "index",
+        str(corpus["folder"] / "b.parquet"),
+        str(out),
+        "--model",
+        str(model_dir),
+        "--dtype",
+        "float32",
+        "--rows-per-shard",
+        "40",
+        "--dense",
+        "--sink",
+        f"qdrant:{db}",
+        "--collection",
+        "docs",
+        "--no-progress",
     ]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -117,9 +157,13 @@ def test_the_command_loads_qdrant_with_dense(model_dir, corpus, tmp_path):
         points = client.scroll("docs", limit=1000, with_vectors=True, with_payload=True)[0]
         stored = {p.payload["id"]: p.vector for p in points}
         assert sorted(stored) == sorted(table["id"])
-        for rid, indices, values, dense in zip(table["id"], table["indices"], table["values"], table["dense"]):
+        for rid, indices, values, dense in zip(
+            table["id"], table["indices"], table["values"], table["dense"]
+        ):
             sparse = stored[rid]["sparse"]
-            assert dict(zip(sparse.indices, sparse.values)) == pytest.approx(dict(zip(indices, values)))
+            assert dict(zip(sparse.indices, sparse.values)) == pytest.approx(
+                dict(zip(indices, values))
+            )
             assert stored[rid]["dense"] == pytest.approx(dense, rel=1e-6)
     finally:
         client.close()

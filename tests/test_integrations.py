@@ -51,7 +51,11 @@ def truth(server):
     with SparseEmbeddingClient(server.url) as client:
         response = client.embed(DOCS, sparse_format="indices_values", return_dense=True)
     return {
-        text: (item.sparse_embedding["indices"], item.sparse_embedding["values"], item.dense_embedding)
+        text: (
+            item.sparse_embedding["indices"],
+            item.sparse_embedding["values"],
+            item.dense_embedding,
+        )
         for text, item in zip(DOCS, response.data)
     }
 
@@ -62,6 +66,7 @@ def test_the_texts_are_distinct_and_have_weights(truth):
 
 
 # -- LangChain ---------------------------------------------------------------
+
 
 def test_langchain_sparse_embeddings_are_the_servers(server, truth):
     from langchain_qdrant import SparseVector
@@ -84,10 +89,15 @@ def test_langchain_qdrant_finds_each_document_by_its_own_text(server, mode):
     from bge_m3_sparse_plugin.integrations.langchain import BgeM3SparseEmbeddings
 
     counter = Counter()
-    sparse = BgeM3SparseEmbeddings(server.url, return_dense=(mode == "hybrid"), http_client=counter.client())
+    sparse = BgeM3SparseEmbeddings(
+        server.url, return_dense=(mode == "hybrid"), http_client=counter.client()
+    )
     store = QdrantVectorStore.from_texts(
-        DOCS, embedding=sparse.dense_embeddings if mode == "hybrid" else None, sparse_embedding=sparse,
-        location=":memory:", collection_name=f"lc-{mode}",
+        DOCS,
+        embedding=sparse.dense_embeddings if mode == "hybrid" else None,
+        sparse_embedding=sparse,
+        location=":memory:",
+        collection_name=f"lc-{mode}",
         retrieval_mode=RetrievalMode.HYBRID if mode == "hybrid" else RetrievalMode.SPARSE,
     )
     # Each document went in one request: in hybrid mode, the dense half's request
@@ -109,11 +119,17 @@ def test_langchain_milvus_lite_finds_each_document_by_its_own_text(server, truth
     from bge_m3_sparse_plugin.integrations.langchain import BgeM3MilvusSparseEmbeddings
 
     sparse = BgeM3MilvusSparseEmbeddings(server.url)
-    assert sparse.embed_documents(DOCS[:3]) == [dict(zip(truth[t][0], truth[t][1])) for t in DOCS[:3]]
-    assert asyncio.run(sparse.aembed_query(DOCS[1])) == dict(zip(truth[DOCS[1]][0], truth[DOCS[1]][1]))
+    assert sparse.embed_documents(DOCS[:3]) == [
+        dict(zip(truth[t][0], truth[t][1])) for t in DOCS[:3]
+    ]
+    assert asyncio.run(sparse.aembed_query(DOCS[1])) == dict(
+        zip(truth[DOCS[1]][0], truth[DOCS[1]][1])
+    )
     store = Milvus(
-        embedding_function=sparse, connection_args={"uri": str(tmp_path / "milvus.db")},
-        collection_name="lc_sparse", auto_id=True,
+        embedding_function=sparse,
+        connection_args={"uri": str(tmp_path / "milvus.db")},
+        collection_name="lc_sparse",
+        auto_id=True,
         index_params={"index_type": "SPARSE_INVERTED_INDEX", "metric_type": "IP"},
         # langchain-milvus's default sparse search params carry drop_ratio_build
         # 0.2, which Milvus Lite refuses ("only drop_ratio_build=0 is supported").
@@ -127,6 +143,7 @@ def test_langchain_milvus_lite_finds_each_document_by_its_own_text(server, truth
 
 # -- LlamaIndex --------------------------------------------------------------
 
+
 def test_llamaindex_hybrid_qdrant_finds_each_document_by_its_own_text(server, truth):
     from llama_index.core import Document, StorageContext, VectorStoreIndex
     from llama_index.vector_stores.qdrant import QdrantVectorStore
@@ -136,28 +153,42 @@ def test_llamaindex_hybrid_qdrant_finds_each_document_by_its_own_text(server, tr
 
     counter = Counter()
     bge = BgeM3Sparse(server.url, return_dense=True, http_client=counter.client())
-    assert bge.sparse_doc_fn(DOCS[:2]) == ([truth[t][0] for t in DOCS[:2]], [truth[t][1] for t in DOCS[:2]])
-    store = QdrantVectorStore("li", client=QdrantClient(":memory:"), enable_hybrid=True,
-                              sparse_doc_fn=bge.sparse_doc_fn, sparse_query_fn=bge.sparse_query_fn)
+    assert bge.sparse_doc_fn(DOCS[:2]) == (
+        [truth[t][0] for t in DOCS[:2]],
+        [truth[t][1] for t in DOCS[:2]],
+    )
+    store = QdrantVectorStore(
+        "li",
+        client=QdrantClient(":memory:"),
+        enable_hybrid=True,
+        sparse_doc_fn=bge.sparse_doc_fn,
+        sparse_query_fn=bge.sparse_query_fn,
+    )
     counter.sent.clear()
     index = VectorStoreIndex.from_documents(
-        [Document(text=t) for t in DOCS], storage_context=StorageContext.from_defaults(vector_store=store),
+        [Document(text=t) for t in DOCS],
+        storage_context=StorageContext.from_defaults(vector_store=store),
         embed_model=bge.embed_model,
     )
     # Dense and sparse of each document from one request (LlamaIndex embeds in
     # batches of 10, so two requests for 12 documents).
     assert counter.each_sent_once(DOCS), counter.sent
-    retriever = index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=3, sparse_top_k=3)
+    retriever = index.as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=3, sparse_top_k=3
+    )
     for query in QUERIES:
         hits = retriever.retrieve(query)
         assert hits and hits[0].node.get_content() == query
-    sparse_only = index.as_retriever(vector_store_query_mode="sparse", similarity_top_k=3, sparse_top_k=3)
+    sparse_only = index.as_retriever(
+        vector_store_query_mode="sparse", similarity_top_k=3, sparse_top_k=3
+    )
     for query in QUERIES:
         hits = sparse_only.retrieve(query)
         assert hits and hits[0].node.get_content() == query
 
 
 # -- Haystack ----------------------------------------------------------------
+
 
 def test_haystack_pipelines_with_qdrant_find_each_document_by_its_own_text(server, truth):
     from haystack import Document, Pipeline
@@ -168,11 +199,19 @@ def test_haystack_pipelines_with_qdrant_find_each_document_by_its_own_text(serve
     )
     from haystack_integrations.document_stores.qdrant import QdrantDocumentStore
 
-    from bge_m3_sparse_plugin.integrations.haystack import BgeM3SparseDocumentEmbedder, BgeM3SparseTextEmbedder
+    from bge_m3_sparse_plugin.integrations.haystack import (
+        BgeM3SparseDocumentEmbedder,
+        BgeM3SparseTextEmbedder,
+    )
 
     dim = len(truth[DOCS[0]][2])
-    store = QdrantDocumentStore(":memory:", use_sparse_embeddings=True, embedding_dim=dim, recreate_index=True,
-                                return_embedding=True)
+    store = QdrantDocumentStore(
+        ":memory:",
+        use_sparse_embeddings=True,
+        embedding_dim=dim,
+        recreate_index=True,
+        return_embedding=True,
+    )
     indexing = Pipeline()
     indexing.add_component("embedder", BgeM3SparseDocumentEmbedder(server.url, return_dense=True))
     indexing.add_component("writer", DocumentWriter(store))
@@ -182,7 +221,9 @@ def test_haystack_pipelines_with_qdrant_find_each_document_by_its_own_text(serve
     assert set(stored) == set(DOCS)
     for text, document in stored.items():
         # Qdrant keeps a sparse vector's entries sorted by index.
-        stored_weights = dict(zip(document.sparse_embedding.indices, document.sparse_embedding.values))
+        stored_weights = dict(
+            zip(document.sparse_embedding.indices, document.sparse_embedding.values)
+        )
         assert stored_weights == pytest.approx(dict(zip(truth[text][0], truth[text][1])), rel=1e-6)
         assert document.embedding == pytest.approx(truth[text][2], rel=1e-5, abs=1e-6)
 
@@ -204,19 +245,25 @@ def test_haystack_pipelines_with_qdrant_find_each_document_by_its_own_text(serve
 def test_haystack_components_serialize_and_run_async(server, truth):
     from haystack import Document
 
-    from bge_m3_sparse_plugin.integrations.haystack import BgeM3SparseDocumentEmbedder, BgeM3SparseTextEmbedder
+    from bge_m3_sparse_plugin.integrations.haystack import (
+        BgeM3SparseDocumentEmbedder,
+        BgeM3SparseTextEmbedder,
+    )
 
     embedder = BgeM3SparseTextEmbedder(server.url, top_k=3)
     again = BgeM3SparseTextEmbedder.from_dict(embedder.to_dict())
     out = asyncio.run(again.run_async(DOCS[0]))
     assert len(out["sparse_embedding"].indices) == 3 and "embedding" not in out
-    documents = asyncio.run(BgeM3SparseDocumentEmbedder(server.url).run_async([Document(content=DOCS[1])]))
+    documents = asyncio.run(
+        BgeM3SparseDocumentEmbedder(server.url).run_async([Document(content=DOCS[1])])
+    )
     assert documents["documents"][0].sparse_embedding.indices == truth[DOCS[1]][0]
     with pytest.raises(TypeError, match="expects a string"):
         embedder.run(["not", "a", "string"])
 
 
 # -- dense beside sparse -------------------------------------------------------
+
 
 def test_embed_dense_is_the_dense_vector_of_pooling(server, truth):
     from bge_m3_sparse_plugin.client import AsyncSparseEmbeddingClient

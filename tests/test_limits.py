@@ -13,7 +13,11 @@ from bge_m3_sparse_plugin.limits import (
 
 
 def test_defaults_when_unset(monkeypatch):
-    for name in ("BGE_M3_SPARSE_MAX_INPUTS", "BGE_M3_SPARSE_MAX_CHARS", "BGE_M3_SPARSE_MAX_PENDING"):
+    for name in (
+        "BGE_M3_SPARSE_MAX_INPUTS",
+        "BGE_M3_SPARSE_MAX_CHARS",
+        "BGE_M3_SPARSE_MAX_PENDING",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("BGE_M3_SPARSE_MAX_CHARS", "")  # empty is unset
     assert Limits.from_env() == Limits(1024, 8_000_000, 65536)
@@ -30,5 +34,7 @@ def test_each_variable_sets_its_limit(monkeypatch):
 @pytest.mark.parametrize("raw", ["0", "-5", "ten", "1.5"])
 def test_a_bad_value_names_the_variable(monkeypatch, raw):
     monkeypatch.setenv("BGE_M3_SPARSE_MAX_CHARS", raw)
-    with pytest.raises(ValueError, match=f"BGE_M3_SPARSE_MAX_CHARS must be a positive integer, got '{raw}'"):
+    with pytest.raises(
+        ValueError, match=f"BGE_M3_SPARSE_MAX_CHARS must be a positive integer, got '{raw}'"
+    ):
         Limits.from_env()

@@ -34,8 +34,12 @@ def test_sparse_and_dense_equal_flagembedding(case, plugin_out, flag_out):
     item = plugin_out["data"][i]
     assert item["index"] == i
     assert item["object"] == "sparse-embedding"
-    assert_sparse_equal(item["sparse_embedding"], flag_out["lexical_weights"][i], case,
-                        may_be_empty=case in EMPTY_BY_DESIGN)
+    assert_sparse_equal(
+        item["sparse_embedding"],
+        flag_out["lexical_weights"][i],
+        case,
+        may_be_empty=case in EMPTY_BY_DESIGN,
+    )
     assert_dense_equal(item["dense_embedding"], flag_out["dense_vecs"][i], case)
 
 
@@ -56,9 +60,7 @@ def test_seed_example_tokens(plugin_out):
 def test_parity_is_not_vacuous(plugin_out, tokenizer):
     """A good share of tokens must be kept, or the comparisons above prove little."""
     kept = sum(len(item["sparse_embedding"]) for item in plugin_out["data"])
-    distinct = sum(
-        len(set(tokenizer(text)["input_ids"]) - {0, 1, 2, 3}) for text in CASES.values()
-    )
+    distinct = sum(len(set(tokenizer(text)["input_ids"]) - {0, 1, 2, 3}) for text in CASES.values())
     assert kept >= 0.3 * distinct, (kept, distinct)
 
 
@@ -96,7 +98,11 @@ def test_dense_only(llm, flag_model):
     out = encode(llm, {"input": ["I love China"], "return_sparse": False, "return_dense": True})
     item = out["data"][0]
     assert set(item) == {"index", "object", "dense_embedding"}
-    assert_dense_equal(item["dense_embedding"], flag_reference(flag_model, ["I love China"])["dense_vecs"][0], "dense")
+    assert_dense_equal(
+        item["dense_embedding"],
+        flag_reference(flag_model, ["I love China"])["dense_vecs"][0],
+        "dense",
+    )
 
 
 def test_bad_input_raises_and_next_call_is_clean(llm, flag_model):
@@ -109,4 +115,6 @@ def test_bad_input_raises_and_next_call_is_clean(llm, flag_model):
     # A failed call leaves nothing that changes the next one's options.
     out = encode(llm, {"input": ["I love China"]})
     assert set(out["data"][0]) == {"index", "object", "sparse_embedding"}
-    assert out["data"][0]["sparse_embedding"] and all(e["token"] is None for e in out["data"][0]["sparse_embedding"])
+    assert out["data"][0]["sparse_embedding"] and all(
+        e["token"] is None for e in out["data"][0]["sparse_embedding"]
+    )

@@ -41,8 +41,11 @@ def test_seed_request_full_shape(seed_response, flag_model, tokenizer):
             "index": i,
             "object": "sparse-embedding",
             "sparse_embedding": [
-                {"token_id": int(k), "weight": pytest.approx(float(v), rel=1e-5, abs=1e-6),
-                 "token": tokenizer.decode([int(k)])}
+                {
+                    "token_id": int(k),
+                    "weight": pytest.approx(float(v), rel=1e-5, abs=1e-6),
+                    "token": tokenizer.decode([int(k)]),
+                }
                 for k, v in flag["lexical_weights"][i].items()
             ],
         }
@@ -79,8 +82,12 @@ def test_online_parity_with_dense(server, flag_model):
     for i, item in enumerate(items):
         assert set(item) == {"index", "object", "sparse_embedding", "dense_embedding"}
         empty = names[i] in EMPTY_BY_DESIGN
-        assert (item["sparse_embedding"] or empty) and all(e["token"] is None for e in item["sparse_embedding"])
-        assert_sparse_equal(item["sparse_embedding"], flag["lexical_weights"][i], names[i], may_be_empty=empty)
+        assert (item["sparse_embedding"] or empty) and all(
+            e["token"] is None for e in item["sparse_embedding"]
+        )
+        assert_sparse_equal(
+            item["sparse_embedding"], flag["lexical_weights"][i], names[i], may_be_empty=empty
+        )
         assert_dense_equal(item["dense_embedding"], flag["dense_vecs"][i], f"item {i}")
 
 
@@ -108,14 +115,23 @@ BAD_DATA = [
     # Over vLLM's max_model_len (1026 here): vLLM's own check refuses it.
     ("text over max_model_len", {"input": ["ok", "x " * 1100]}, "maximum context length is 1026"),
     # Within max_model_len, over the 1024 positions the model has: the plugin refuses it.
-    ("ids over the model's positions", {"input": [0] + [5] * 1024 + [2]},
-     "data.input has 1026 tokens, special tokens included; this model takes at most 1024"),
-    ("texts over the model's positions", {"input": ["ok", "x " * 1023]},
-     "data.input[1] has 1025 tokens"),
+    (
+        "ids over the model's positions",
+        {"input": [0] + [5] * 1024 + [2]},
+        "data.input has 1026 tokens, special tokens included; this model takes at most 1024",
+    ),
+    (
+        "texts over the model's positions",
+        {"input": ["ok", "x " * 1023]},
+        "data.input[1] has 1025 tokens",
+    ),
     # The plugin's cap on characters per request (BGE_M3_SPARSE_MAX_CHARS, 8,000,000 by default).
-    ("too many characters", {"input": ["x" * 4_000_001, "y" * 3_999_999, "z"]},
-     "data.input holds 8000001 characters of text; at most 8000000 are allowed per request "
-     "(split the request, or set BGE_M3_SPARSE_MAX_CHARS"),
+    (
+        "too many characters",
+        {"input": ["x" * 4_000_001, "y" * 3_999_999, "z"]},
+        "data.input holds 8000001 characters of text; at most 8000000 are allowed per request "
+        "(split the request, or set BGE_M3_SPARSE_MAX_CHARS",
+    ),
 ]
 
 
@@ -129,8 +145,14 @@ def test_bad_data_is_a_400_naming_the_field(server, label, data, says):
 @pytest.mark.parametrize(
     "body,says",
     [
-        ({"model": SERVED_MODEL_NAME, "data": None}, "data must be an object with an 'input' field, got NoneType"),
-        ({"model": SERVED_MODEL_NAME, "data": "text"}, "data must be an object with an 'input' field, got str"),
+        (
+            {"model": SERVED_MODEL_NAME, "data": None},
+            "data must be an object with an 'input' field, got NoneType",
+        ),
+        (
+            {"model": SERVED_MODEL_NAME, "data": "text"},
+            "data must be an object with an 'input' field, got str",
+        ),
         ({"model": SERVED_MODEL_NAME}, "'loc': 'body.data', 'msg': 'Field required'"),
     ],
     ids=["data null", "data a string", "data missing"],
@@ -143,7 +165,9 @@ def test_bad_data_object_is_a_400(server, body, says):
 
 def test_not_json_is_a_400(server):
     resp = httpx.post(
-        server.url + "/pooling", content=b"{not json", timeout=30,
+        server.url + "/pooling",
+        content=b"{not json",
+        timeout=30,
         headers={"Content-Type": "application/json"},
     )
     assert resp.status_code == 400, resp.text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -37,8 +39,10 @@ def test_lexical_weights_format_is_flagembeddings_dict(server, flag_model, full)
         # Same keys in the same order as FlagEmbedding's, weights within tolerance.
         assert list(got) == list(flag["lexical_weights"][i])
         np.testing.assert_allclose(
-            list(got.values()), [float(v) for v in flag["lexical_weights"][i].values()],
-            rtol=RTOL, atol=ATOL,
+            list(got.values()),
+            [float(v) for v in flag["lexical_weights"][i].values()],
+            rtol=RTOL,
+            atol=ATOL,
         )
 
 
@@ -47,7 +51,8 @@ def test_indices_values_format(server, full):
     for i, item in enumerate(body["data"]["data"]):
         pairs = as_pairs(full[i])
         assert item["sparse_embedding"] == {
-            "indices": [t for t, _ in pairs], "values": [w for _, w in pairs],
+            "indices": [t for t, _ in pairs],
+            "values": [w for _, w in pairs],
         }
 
 
@@ -84,9 +89,12 @@ def test_options_combine_with_formats_and_dense(server, full, flag_model):
     for i, item in enumerate(body["data"]["data"]):
         pairs = reference_prune(as_pairs(full[i]), 5, None)
         assert item["sparse_embedding"] == {
-            "indices": [t for t, _ in pairs], "values": [w for _, w in pairs],
+            "indices": [t for t, _ in pairs],
+            "values": [w for _, w in pairs],
         }
-        np.testing.assert_allclose(item["dense_embedding"], flag["dense_vecs"][i], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(
+            item["dense_embedding"], flag["dense_vecs"][i], rtol=RTOL, atol=ATOL
+        )
 
 
 def test_offline_options_equal_online(llm, server):
@@ -98,8 +106,10 @@ def test_offline_options_equal_online(llm, server):
     for got, want in zip(offline["data"], online["data"]):
         assert list(got["sparse_embedding"]) == list(want["sparse_embedding"])
         np.testing.assert_allclose(
-            list(got["sparse_embedding"].values()), list(want["sparse_embedding"].values()),
-            rtol=RTOL, atol=ATOL,
+            list(got["sparse_embedding"].values()),
+            list(want["sparse_embedding"].values()),
+            rtol=RTOL,
+            atol=ATOL,
         )
 
 
@@ -111,7 +121,10 @@ BAD_OPTIONS = [
     ({"input": "x", "min_weight": "high"}, "data.min_weight"),
     ({"input": "x", "sparse_format": "csr"}, "data.sparse_format"),
     ({"input": "x", "sparse_format": None}, "data.sparse_format"),
-    ({"input": "x", "return_tokens": True, "sparse_format": "indices_values"}, "data.return_tokens"),
+    (
+        {"input": "x", "return_tokens": True, "sparse_format": "indices_values"},
+        "data.return_tokens",
+    ),
 ]
 
 
@@ -133,8 +146,12 @@ def test_colbert_vecs_equal_flagembedding(colbert_server, flag_model):
         colbert_server, {"input": texts, "return_colbert_vecs": True, "return_sparse": False}
     )
     flag = flag_model.encode(
-        texts, return_dense=False, return_sparse=False, return_colbert_vecs=True,
-        max_length=1024, batch_size=8,
+        texts,
+        return_dense=False,
+        return_sparse=False,
+        return_colbert_vecs=True,
+        max_length=1024,
+        batch_size=8,
     )
     items = body["data"]["data"]
     assert [item["index"] for item in items] == list(range(len(texts)))
@@ -144,22 +161,28 @@ def test_colbert_vecs_equal_flagembedding(colbert_server, flag_model):
         got = np.asarray(item["colbert_vecs"])
         # One vector per token but <s>: FlagEmbedding 1.4.2 drops the first
         # (cls) position and keeps </s>.
-        n_tokens = len(flag_model.tokenizer(texts[i], max_length=1024, truncation=True)["input_ids"])
+        n_tokens = len(
+            flag_model.tokenizer(texts[i], max_length=1024, truncation=True)["input_ids"]
+        )
         assert got.shape == want.shape == (n_tokens - 1, 128), texts[i]
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=texts[i])
 
 
 def test_colbert_through_the_offline_path_is_refused_on_the_default_task(llm):
-    with pytest.raises(Exception, match="start one with --pooler-config '{\"task\": \"token_embed\"}'"):
+    with pytest.raises(
+        Exception, match=re.escape('start one with --pooler-config \'{"task": "token_embed"}\'')
+    ):
         llm.encode({"data": {"input": "x", "return_colbert_vecs": True}}, pooling_task="plugin")
 
 
 def test_default_server_refuses_colbert_saying_how_to_start_one(server):
-    resp = post(server, {"model": SERVED_MODEL_NAME, "data": {"input": "x", "return_colbert_vecs": True}})
+    resp = post(
+        server, {"model": SERVED_MODEL_NAME, "data": {"input": "x", "return_colbert_vecs": True}}
+    )
     assert resp.status_code == 400, resp.text
     error = resp.json()["error"]
     assert error["param"] == "data.return_colbert_vecs"
-    assert "--pooler-config '{\"task\": \"token_embed\"}'" in error["message"]
+    assert '--pooler-config \'{"task": "token_embed"}\'' in error["message"]
 
 
 @pytest.mark.parametrize("flag", ["return_sparse", "return_dense"])

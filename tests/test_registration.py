@@ -6,11 +6,10 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
+import pytest
 from vllm.plugins import IO_PROCESSOR_PLUGINS_GROUP
 from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.utils.import_utils import resolve_obj_by_qualname
-
-import pytest
 
 from bge_m3_sparse_plugin import (
     PROCESSOR_QUALNAME,
@@ -23,7 +22,11 @@ from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
 
 def test_entry_point_resolves_to_the_processor():
     assert IO_PROCESSOR_PLUGINS_GROUP == "vllm.io_processor_plugins"
-    (ep,) = [e for e in entry_points(group=IO_PROCESSOR_PLUGINS_GROUP) if e.name == "bge_m3_sparse_plugin"]
+    (ep,) = [
+        e
+        for e in entry_points(group=IO_PROCESSOR_PLUGINS_GROUP)
+        if e.name == "bge_m3_sparse_plugin"
+    ]
     qualname = ep.load()()
     cls = resolve_obj_by_qualname(qualname)
     assert cls is BgeM3SparseProcessor
@@ -53,7 +56,9 @@ def test_the_client_imports_without_vllm_or_torch():
     assert out.stdout.strip() == "1.0"
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.32.0+cpu", "0.33.1", "0.34.0", "0.34.2.dev5+g1234"])
+@pytest.mark.parametrize(
+    "version", ["0.32.0", "0.32.0+cpu", "0.33.1", "0.34.0", "0.34.2.dev5+g1234"]
+)
 def test_supported_vllm_versions_pass(version):
     check_vllm_version(version)
 
@@ -81,7 +86,7 @@ def test_register_checks_the_running_vllm(monkeypatch):
     assert installed_vllm_version() == vllm.__version__
     assert register() == PROCESSOR_QUALNAME
     monkeypatch.setattr(vllm, "__version__", "0.35.0")
-    with pytest.raises(RuntimeError, match="vLLM 0.35.0 is installed"):
+    with pytest.raises(RuntimeError, match=r"vLLM 0\.35\.0 is installed"):
         register()
     monkeypatch.setenv("BGE_M3_SPARSE_ANY_VLLM", "1")
     assert register() == PROCESSOR_QUALNAME

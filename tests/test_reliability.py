@@ -203,7 +203,9 @@ def test_truncate_prompt_tokens_online(server, flag_model):
     # vLLM truncates texts with the tokenizer, keeping </s>: FlagEmbedding's max_length.
     flag = flag_model.encode([long_text, "I love China"], return_sparse=True, max_length=600)
     for i in range(2):
-        assert_sparse_equal(out["data"][i]["sparse_embedding"], flag["lexical_weights"][i], f"item {i}")
+        assert_sparse_equal(
+            out["data"][i]["sparse_embedding"], flag["lexical_weights"][i], f"item {i}"
+        )
     assert out["usage"]["prompt_tokens"] == 600 + 5
 
 

@@ -30,7 +30,10 @@ def test_accepted_input_shapes(data, inputs):
 def test_defaults_follow_flagembedding():
     req = SparseEmbeddingRequest.model_validate({"input": "a"})
     assert (req.return_sparse, req.return_dense, req.return_colbert_vecs, req.return_tokens) == (
-        True, False, False, False,
+        True,
+        False,
+        False,
+        False,
     )
     assert (req.sparse_format, req.top_k, req.min_weight) == ("token_weights", None, None)
 
@@ -52,30 +55,79 @@ SHAPES = (
         ({"input": 5}, SHAPES + "5", "data.input"),
         ({"input": []}, SHAPES + "[]", "data.input"),
         ({"input": [True]}, SHAPES + "[True]", "data.input"),
-        ({"input": ["a", None]}, "data.input[1] must be a string like data.input[0], got None", "data.input"),
-        ({"input": [[1], []]}, "data.input[1] must be a non-empty list of token ids, got []", "data.input"),
-        ({"input": [[1], [2, -1]]}, "data.input[1][1] must be a token id (an integer >= 0), got -1", "data.input"),
-        ({"input": [1, "a"]}, "data.input[1] must be a token id (an integer >= 0), got 'a'", "data.input"),
+        (
+            {"input": ["a", None]},
+            "data.input[1] must be a string like data.input[0], got None",
+            "data.input",
+        ),
+        (
+            {"input": [[1], []]},
+            "data.input[1] must be a non-empty list of token ids, got []",
+            "data.input",
+        ),
+        (
+            {"input": [[1], [2, -1]]},
+            "data.input[1][1] must be a token id (an integer >= 0), got -1",
+            "data.input",
+        ),
+        (
+            {"input": [1, "a"]},
+            "data.input[1] must be a token id (an integer >= 0), got 'a'",
+            "data.input",
+        ),
         ({}, "data.input: field required", "data.input"),
         ({"input": "a", "top": 1}, "data.top: Extra inputs are not permitted, got 1", "data.top"),
-        ({"input": "a", "return_tokens": 1}, "data.return_tokens: Input should be a valid boolean, got 1", "data.return_tokens"),
-        ({"input": "a", "sparse_format": "csr"},
-         "data.sparse_format: Input should be 'token_weights', 'lexical_weights' or 'indices_values', got 'csr'",
-         "data.sparse_format"),
-        ({"input": "a", "top_k": 0}, "data.top_k: Input should be greater than or equal to 1, got 0", "data.top_k"),
-        ({"input": "a", "top_k": 2.5}, "data.top_k: Input should be a valid integer, got 2.5", "data.top_k"),
-        ({"input": "a", "top_k": "3"}, "data.top_k: Input should be a valid integer, got '3'", "data.top_k"),
-        ({"input": "a", "min_weight": -0.5},
-         "data.min_weight: Input should be greater than or equal to 0, got -0.5", "data.min_weight"),
-        ({"input": "a", "min_weight": float("inf")},
-         "data.min_weight: Input should be a finite number, got inf", "data.min_weight"),
-        ({"input": "a", "min_weight": "0.1"}, "data.min_weight: Input should be a valid number, got '0.1'",
-         "data.min_weight"),
-        ({"input": "a", "return_colbert_vecs": "yes"},
-         "data.return_colbert_vecs: Input should be a valid boolean, got 'yes'", "data.return_colbert_vecs"),
-        ({"input": "a", "return_tokens": True, "sparse_format": "lexical_weights"},
-         "data.return_tokens is true, but only sparse_format 'token_weights' has token strings; "
-         "data.sparse_format is 'lexical_weights'", "data.return_tokens"),
+        (
+            {"input": "a", "return_tokens": 1},
+            "data.return_tokens: Input should be a valid boolean, got 1",
+            "data.return_tokens",
+        ),
+        (
+            {"input": "a", "sparse_format": "csr"},
+            "data.sparse_format: Input should be 'token_weights', 'lexical_weights' or 'indices_values', got 'csr'",
+            "data.sparse_format",
+        ),
+        (
+            {"input": "a", "top_k": 0},
+            "data.top_k: Input should be greater than or equal to 1, got 0",
+            "data.top_k",
+        ),
+        (
+            {"input": "a", "top_k": 2.5},
+            "data.top_k: Input should be a valid integer, got 2.5",
+            "data.top_k",
+        ),
+        (
+            {"input": "a", "top_k": "3"},
+            "data.top_k: Input should be a valid integer, got '3'",
+            "data.top_k",
+        ),
+        (
+            {"input": "a", "min_weight": -0.5},
+            "data.min_weight: Input should be greater than or equal to 0, got -0.5",
+            "data.min_weight",
+        ),
+        (
+            {"input": "a", "min_weight": float("inf")},
+            "data.min_weight: Input should be a finite number, got inf",
+            "data.min_weight",
+        ),
+        (
+            {"input": "a", "min_weight": "0.1"},
+            "data.min_weight: Input should be a valid number, got '0.1'",
+            "data.min_weight",
+        ),
+        (
+            {"input": "a", "return_colbert_vecs": "yes"},
+            "data.return_colbert_vecs: Input should be a valid boolean, got 'yes'",
+            "data.return_colbert_vecs",
+        ),
+        (
+            {"input": "a", "return_tokens": True, "sparse_format": "lexical_weights"},
+            "data.return_tokens is true, but only sparse_format 'token_weights' has token strings; "
+            "data.sparse_format is 'lexical_weights'",
+            "data.return_tokens",
+        ),
     ],
 )
 def test_errors_name_the_field(data, message, field):
@@ -87,14 +139,20 @@ def test_errors_name_the_field(data, message, field):
 
 
 def test_item_leaves_out_what_was_not_asked_for():
-    sparse_only = SparseEmbeddingItem(index=0, sparse_embedding=[SparseToken(token_id=5, weight=0.5, token=None)])
+    sparse_only = SparseEmbeddingItem(
+        index=0, sparse_embedding=[SparseToken(token_id=5, weight=0.5, token=None)]
+    )
     assert sparse_only.model_dump() == {
         "index": 0,
         "object": "sparse-embedding",
         "sparse_embedding": [{"token_id": 5, "weight": 0.5, "token": None}],
     }
     dense_only = SparseEmbeddingItem(index=1, dense_embedding=[0.6, 0.8])
-    assert dense_only.model_dump() == {"index": 1, "object": "sparse-embedding", "dense_embedding": [0.6, 0.8]}
+    assert dense_only.model_dump() == {
+        "index": 1,
+        "object": "sparse-embedding",
+        "dense_embedding": [0.6, 0.8],
+    }
     assert SparseEmbeddingItem(index=2, sparse_embedding=[]).model_dump()["sparse_embedding"] == []
 
 
@@ -110,5 +168,10 @@ def test_item_leaves_out_what_was_not_asked_for():
     ids=["token_weights", "indices_values", "lexical_weights", "empty dict", "empty list"],
 )
 def test_each_sparse_format_round_trips_through_the_item_model(sparse):
-    item = {"index": 0, "object": "sparse-embedding", "sparse_embedding": sparse, "colbert_vecs": [[1.0, 0.0]]}
+    item = {
+        "index": 0,
+        "object": "sparse-embedding",
+        "sparse_embedding": sparse,
+        "colbert_vecs": [[1.0, 0.0]],
+    }
     assert SparseEmbeddingItem.model_validate(item).model_dump() == item

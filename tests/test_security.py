@@ -115,13 +115,18 @@ def test_client_sends_the_api_key(keyed_server, unguarded_answer):
 
 @pytest.mark.parametrize(
     "api_key,says",
-    [(None, "the server wants an API key and none was sent"), ("wrong", "refused the API key: it is wrong")],
+    [
+        (None, "the server wants an API key and none was sent"),
+        ("wrong", "refused the API key: it is wrong"),
+    ],
     ids=["missing", "wrong"],
 )
 def test_client_401_says_the_key_was_missing_or_wrong(keyed_server, api_key, says):
-    with SparseEmbeddingClient(keyed_server.url, api_key=api_key) as client:
-        with pytest.raises(SparseEmbeddingError) as info:
-            client.embed("x")
+    with (
+        SparseEmbeddingClient(keyed_server.url, api_key=api_key) as client,
+        pytest.raises(SparseEmbeddingError) as info,
+    ):
+        client.embed("x")
     assert info.value.status_code == 401
     assert says in info.value.message and "--api-key or VLLM_API_KEY" in info.value.message
     assert info.value.body == {"error": "Unauthorized"}
@@ -136,7 +141,9 @@ def test_client_on_ones_own_http_client(keyed_server, unguarded_answer):
         assert_same_answer(plain(got), plain(unguarded_answer))
         # The caller's client stays open after the plugin's client is closed.
         again = SparseEmbeddingClient(keyed_server.url, api_key=API_KEY, http_client=http)
-        assert_same_answer(plain(again.embed(SEED_INPUT, return_tokens=True)), plain(unguarded_answer))
+        assert_same_answer(
+            plain(again.embed(SEED_INPUT, return_tokens=True)), plain(unguarded_answer)
+        )
 
 
 def test_async_client_on_ones_own_http_client(keyed_server, unguarded_answer):
@@ -162,5 +169,5 @@ def test_async_client_on_ones_own_http_client(keyed_server, unguarded_answer):
 
 
 def test_http_client_of_the_wrong_kind_is_refused():
-    with pytest.raises(TypeError, match="http_client must be an httpx.Client, got AsyncClient"):
+    with pytest.raises(TypeError, match=r"http_client must be an httpx\.Client, got AsyncClient"):
         SparseEmbeddingClient(http_client=httpx.AsyncClient())  # type: ignore[arg-type]

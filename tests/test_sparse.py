@@ -81,7 +81,9 @@ def test_empty_inputs():
 
 
 def test_no_skip_ids():
-    assert assert_same([0, 2, 0], [0.1, 0.2, 0.3], skip=frozenset()) == pytest.approx({0: 0.3, 2: 0.2})
+    assert assert_same([0, 2, 0], [0.1, 0.2, 0.3], skip=frozenset()) == pytest.approx(
+        {0: 0.3, 2: 0.2}
+    )
 
 
 def test_weights_keep_fp32_values():
@@ -265,7 +267,9 @@ def test_dispatcher_takes_the_compiled_pass_once_ready(monkeypatch):
     assert sparse.compiled_ready()
     calls = []
     real = sparse.lexical_weights_flat_compiled
-    monkeypatch.setattr(sparse, "lexical_weights_flat_compiled", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        sparse, "lexical_weights_flat_compiled", lambda *a: calls.append(1) or real(*a)
+    )
     out = lexical_weights(np.array([5, 6, 5]), np.array([0.25, 0.5, 0.75], np.float32), SKIP)
     assert calls == [1]
     assert out[0].tolist() == [5, 6] and out[1].tolist() == [0.75, 0.5]
@@ -276,14 +280,30 @@ def test_dispatcher_takes_the_compiled_pass_once_ready(monkeypatch):
 
 def test_compiled_pass_refuses_negative_ids():
     with pytest.raises(ValueError, match="token ids must be >= 0"):
-        lexical_weights_flat_compiled(np.array([5, -1]), np.ones(2, np.float32), np.array([2]), SKIP)
+        lexical_weights_flat_compiled(
+            np.array([5, -1]), np.ones(2, np.float32), np.array([2]), SKIP
+        )
 
 
 # Token ids past 65,535 take the numpy path's high radix digit (ids >> 16),
 # up to bge-m3's vocabulary of 250,002: drawn from a pool, so that the same id
 # comes back in a sequence (the max-merge) and ids share a low 16-bit digit.
 _HIGH_IDS = st.sampled_from(
-    [0, 1, 2, 65_535, 65_536, 65_537, 131_072, 131_073, 196_608 + 7, 250_001, 7, 65_536 + 7, 131_072 + 7]
+    [
+        0,
+        1,
+        2,
+        65_535,
+        65_536,
+        65_537,
+        131_072,
+        131_073,
+        196_608 + 7,
+        250_001,
+        7,
+        65_536 + 7,
+        131_072 + 7,
+    ]
 ) | st.integers(min_value=65_536, max_value=250_001)
 
 

@@ -14,7 +14,14 @@ def _digest(path: Path) -> dict[str, str]:
     return {
         f.name: hashlib.sha256(f.read_bytes()).hexdigest()
         for f in sorted(path.iterdir())
-        if f.name in {"model.safetensors", "sparse_linear.pt", "colbert_linear.pt", "tokenizer.json", "config.json"}
+        if f.name
+        in {
+            "model.safetensors",
+            "sparse_linear.pt",
+            "colbert_linear.pt",
+            "tokenizer.json",
+            "config.json",
+        }
     }
 
 
@@ -25,7 +32,12 @@ def test_same_seed_same_model(model_dir, tmp_path):
 
 
 def test_xlm_r_special_tokens(tokenizer):
-    assert [tokenizer.convert_ids_to_tokens(i) for i in range(4)] == ["<s>", "<pad>", "</s>", "<unk>"]
+    assert [tokenizer.convert_ids_to_tokens(i) for i in range(4)] == [
+        "<s>",
+        "<pad>",
+        "</s>",
+        "<unk>",
+    ]
     assert tokenizer.convert_ids_to_tokens(len(tokenizer) - 1) == "<mask>"
     assert tokenizer("a")["input_ids"][0] == 0 and tokenizer("a")["input_ids"][-1] == 2
 

@@ -11,14 +11,15 @@ import re
 import sys
 
 __all__ = [
-    "register",
-    "check_vllm_version",
-    "installed_vllm_version",
-    "PROCESSOR_QUALNAME",
     "HF_OVERRIDES",
+    "PROCESSOR_QUALNAME",
     "SUPPORTED_VLLM",
     "__version__",
+    "check_vllm_version",
+    "installed_vllm_version",
+    "register",
 ]
+
 
 def _own_version() -> str:
     # pyproject.toml is the one place the version is written.

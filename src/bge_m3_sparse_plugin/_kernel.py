@@ -12,6 +12,7 @@ import numpy as np
 
 __all__ = ["lexical_weights_pass"]
 
+
 @numba.njit(cache=True, nogil=True)
 def lexical_weights_pass(ids, weights, lengths, is_skip, table, kept):  # pragma: no cover
     """FlagEmbedding's lexical weights of concatenated sequences, in one pass.

@@ -17,19 +17,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bge-m3-sparse", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     index = commands.add_parser(
-        "index", help="turn a corpus into sparse (and dense) vectors, in Parquet shards",
+        "index",
+        help="turn a corpus into sparse (and dense) vectors, in Parquet shards",
         usage="bge-m3-sparse index INPUT [INPUT ...] OUTPUT --model MODEL [options]",
         description="Turn a corpus into BGE-M3 sparse (and dense) vectors, in Parquet shards, "
-                    "resumably.",
-        epilog=index_command.EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "resumably.",
+        epilog=index_command.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     index_command.add_arguments(index)
     doctor = commands.add_parser(
-        "doctor", help="check this install (and a model folder) for what stops the plugin, with fixes",
+        "doctor",
+        help="check this install (and a model folder) for what stops the plugin, with fixes",
         description="Check this install, and MODEL if given, for what stops the plugin from working; "
-                    "print each problem with the command that fixes it. Exit 1 when a problem was found.",
+        "print each problem with the command that fixes it. Exit 1 when a problem was found.",
     )
-    doctor.add_argument("model", nargs="?", metavar="MODEL", help="a model folder or Hugging Face name")
+    doctor.add_argument(
+        "model", nargs="?", metavar="MODEL", help="a model folder or Hugging Face name"
+    )
     args = parser.parse_args(argv)
     if args.command == "index":
         return index_command.run(args, index)

@@ -19,16 +19,21 @@ from pydantic import ValidationError
 from typing_extensions import TypedDict, Unpack
 
 from .formats import SparseFormat, lexical_matching_score
-from .schemas import Input, SparseEmbeddingRequest, SparseEmbeddingResponse, describe_validation_error
+from .schemas import (
+    Input,
+    SparseEmbeddingRequest,
+    SparseEmbeddingResponse,
+    describe_validation_error,
+)
 
 __all__ = [
-    "SparseEmbeddingClient",
-    "AsyncSparseEmbeddingClient",
-    "SparseEmbeddingError",
-    "EmbedOptions",
-    "lexical_matching_score",
     "DEFAULT_BASE_URL",
     "DEFAULT_TIMEOUT_S",
+    "AsyncSparseEmbeddingClient",
+    "EmbedOptions",
+    "SparseEmbeddingClient",
+    "SparseEmbeddingError",
+    "lexical_matching_score",
 ]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -44,7 +49,10 @@ class SparseEmbeddingError(Exception):
     """
 
     def __init__(
-        self, message: str, status_code: int | None = None, param: str | None = None,
+        self,
+        message: str,
+        status_code: int | None = None,
+        param: str | None = None,
         body: Any = None,
     ) -> None:
         prefix = f"HTTP {status_code}: " if status_code is not None else ""
@@ -126,7 +134,8 @@ def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
         raise SparseEmbeddingError(
             f"the server's answer is not a plugin response: {response.text[:200]!r}",
-            response.status_code, body=body,
+            response.status_code,
+            body=body,
         )
     # vLLM wraps the plugin's output: {"request_id", "created_at", "data": {...}}.
     return SparseEmbeddingResponse.model_validate(body["data"])
@@ -237,7 +246,9 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
     ) -> SparseEmbeddingResponse:
         """See :meth:`SparseEmbeddingClient.embed`."""
         body, request_id = _prepare(self.model, input, options)
-        response = await self._http.post(self._url, json=body, headers=self._request_headers(request_id))
+        response = await self._http.post(
+            self._url, json=body, headers=self._request_headers(request_id)
+        )
         return _parse_response(response)
 
     async def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:

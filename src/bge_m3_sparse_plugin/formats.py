@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 __all__ = [
-    "SparseFormat",
     "SPARSE_FORMATS",
+    "SparseFormat",
     "format_sparse",
-    "weight_dict",
     "lexical_matching_score",
+    "weight_dict",
 ]
 
 SparseFormat = Literal["token_weights", "lexical_weights", "indices_values"]
@@ -54,7 +54,9 @@ def weight_dict(sparse: Any) -> dict[str, float]:
     if hasattr(sparse, "sparse_embedding"):  # a SparseEmbeddingItem
         sparse = sparse.sparse_embedding
         if sparse is None:
-            raise ValueError("this item has no sparse embedding (it was asked for return_sparse=false)")
+            raise ValueError(
+                "this item has no sparse embedding (it was asked for return_sparse=false)"
+            )
     if hasattr(sparse, "indices") and hasattr(sparse, "values") and not isinstance(sparse, Mapping):
         sparse = {"indices": sparse.indices, "values": sparse.values}
     if isinstance(sparse, Mapping):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import logging
 
-__all__ = ["POOLING_PREFIX", "MIDDLEWARE_MODULES", "guard_pooling_route"]
+__all__ = ["MIDDLEWARE_MODULES", "POOLING_PREFIX", "guard_pooling_route"]
 
 logger = logging.getLogger("vllm.plugins.bge_m3_sparse_plugin.guard")
 
@@ -66,6 +66,7 @@ def guard_pooling_route() -> str | None:
         "bge_m3_sparse_plugin: vLLM's API-key middleware was not found in %s; "
         "--api-key may not guard %s on this vLLM. Put the server behind a proxy "
         "that checks the key",
-        " or ".join(MIDDLEWARE_MODULES), POOLING_PREFIX,
+        " or ".join(MIDDLEWARE_MODULES),
+        POOLING_PREFIX,
     )
     return None

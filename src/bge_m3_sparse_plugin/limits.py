@@ -7,12 +7,12 @@ import os
 from dataclasses import dataclass
 
 __all__ = [
-    "MAX_INPUTS_ENV",
-    "MAX_CHARS_ENV",
-    "MAX_PENDING_ENV",
-    "DEFAULT_MAX_INPUTS",
     "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_INPUTS",
     "DEFAULT_MAX_PENDING",
+    "MAX_CHARS_ENV",
+    "MAX_INPUTS_ENV",
+    "MAX_PENDING_ENV",
     "Limits",
 ]
 

@@ -17,7 +17,7 @@ def _pending_gauge() -> Any:
     # Created on first use, once per process: vLLM's /metrics reads the
     # default registry (or, with several API servers, PROMETHEUS_MULTIPROC_DIR,
     # where "livesum" adds up the live processes' values).
-    global _gauge
+    global _gauge  # noqa: PLW0603 -- one gauge per process, made on first use
     with _lock:
         if _gauge is None:
             from prometheus_client import Gauge

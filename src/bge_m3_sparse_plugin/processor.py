@@ -104,7 +104,9 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 "bge_m3_sparse_plugin: the model has %d positions but max_model_len is "
                 "%d; start vLLM with --max-model-len %d so that it refuses longer "
                 "prompts before running them (the plugin refuses their results)",
-                self.max_tokens, model_config.max_model_len, self.max_tokens,
+                self.max_tokens,
+                model_config.max_model_len,
+                self.max_tokens,
             )
         self.vocab_size = max(int(model_config.get_vocab_size()), len(tokenizer))
         pooler_config = model_config.pooler_config
@@ -288,8 +290,13 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         dense: list[list[float] | None] = [None] * n
         if self.pooling_task in _GIVES_SPARSE:
             ids, weights, n_weights, dense_starts = split_pooled_outputs(
-                token_ids, token_lengths, values, value_lengths, dense_size,
-                self.bos_token_id, self.eos_token_id,
+                token_ids,
+                token_lengths,
+                values,
+                value_lengths,
+                dense_size,
+                self.bos_token_id,
+                self.eos_token_id,
             )
             if request.return_sparse:
                 sparse = self._sparse_entries(ids, weights, n_weights, request)
@@ -300,27 +307,37 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         return sparse, dense
 
     def _sparse_entries(
-        self, ids: np.ndarray, weights: np.ndarray, n_weights: np.ndarray,
+        self,
+        ids: np.ndarray,
+        weights: np.ndarray,
+        n_weights: np.ndarray,
         request: SparseEmbeddingRequest,
     ) -> list[SparseEmbedding | None]:
         kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, self.skip_ids)
-        kept_ids, kept_w, bounds = prune(kept_ids, kept_w, bounds, request.top_k, request.min_weight)
+        kept_ids, kept_w, bounds = prune(
+            kept_ids, kept_w, bounds, request.top_k, request.min_weight
+        )
         id_list, w_list = kept_ids.tolist(), kept_w.tolist()
         tokens = self.decoder.decode(id_list) if request.return_tokens else None
         # Plain lists and dicts, built without per-entry validation: these are
         # the plugin's own values, and a response can hold millions.
         return [
-            format_sparse(id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None,
-                          request.sparse_format)
+            format_sparse(
+                id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None, request.sparse_format
+            )
             for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
         ]
 
 
-def _concatenated_token_ids(outputs: Sequence[PoolingRequestOutput]) -> tuple[np.ndarray, np.ndarray]:
+def _concatenated_token_ids(
+    outputs: Sequence[PoolingRequestOutput],
+) -> tuple[np.ndarray, np.ndarray]:
     """All the outputs' prompt token ids in one array, and each output's count."""
     token_lists = [out.prompt_token_ids or [] for out in outputs]
     token_lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(outputs))
-    token_ids = np.fromiter(chain.from_iterable(token_lists), dtype=np.int64, count=int(token_lengths.sum()))
+    token_ids = np.fromiter(
+        chain.from_iterable(token_lists), dtype=np.int64, count=int(token_lengths.sum())
+    )
     return token_ids, token_lengths
 
 

@@ -4,30 +4,29 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from typing_extensions import TypedDict
-
 from pydantic import (
-    ValidationError,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
+    ValidationError,
     model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+from typing_extensions import TypedDict
 
 from .formats import SparseFormat
 
 __all__ = [
-    "SparseEmbeddingRequest",
-    "SparseToken",
     "IndicesValues",
     "SparseEmbedding",
     "SparseEmbeddingItem",
-    "SparseEmbeddingUsage",
+    "SparseEmbeddingRequest",
     "SparseEmbeddingResponse",
+    "SparseEmbeddingUsage",
+    "SparseToken",
     "describe_validation_error",
 ]
 
@@ -46,7 +45,8 @@ def _is_token_id(value: object) -> bool:
 def _check_token_ids(value: object, where: str) -> None:
     if not isinstance(value, list) or not value:
         raise PydanticCustomError(
-            "input_shape", "{where} must be a non-empty list of token ids, got {value}",
+            "input_shape",
+            "{where} must be a non-empty list of token ids, got {value}",
             {"where": where, "value": _short(value)},
         )
     # The common case in C: every element exactly an int (not a bool), none
@@ -83,7 +83,8 @@ def _check_input(value: object) -> Input:
         return value
     if not isinstance(value, list) or not value:
         raise PydanticCustomError(
-            "input_shape", "data.input must be " + _INPUT_SHAPES + ", got {value}",
+            "input_shape",
+            "data.input must be " + _INPUT_SHAPES + ", got {value}",
             {"value": _short(value)},
         )
     first = value[0]
@@ -104,7 +105,8 @@ def _check_input(value: object) -> Input:
         _check_token_ids(value, "data.input")
         return value
     raise PydanticCustomError(
-        "input_shape", "data.input must be " + _INPUT_SHAPES + ", got {value}",
+        "input_shape",
+        "data.input must be " + _INPUT_SHAPES + ", got {value}",
         {"value": _short(value)},
     )
 

@@ -16,6 +16,7 @@ result; the tests compare each with FlagEmbedding's loop.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
 import threading
 import time
@@ -24,16 +25,16 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 __all__ = [
+    "compiled_ready",
     "lexical_weights",
     "lexical_weights_batch",
     "lexical_weights_flat",
-    "lexical_weights_flat_numpy",
     "lexical_weights_flat_compiled",
-    "compiled_ready",
-    "start_compiling",
-    "prune_flat",
+    "lexical_weights_flat_numpy",
     "prune",
+    "prune_flat",
     "split_pooled_outputs",
+    "start_compiling",
 ]
 
 logger = logging.getLogger("vllm.plugins." + __name__)
@@ -74,7 +75,7 @@ def lexical_weights_batch(
         raise ValueError("token_ids and weights must be sequences of 1-D arrays")
     out_ids, out_w, bounds = lexical_weights_flat(ids, w, lengths, skip_ids)
     edges = bounds.tolist()
-    return [(out_ids[a:b], out_w[a:b]) for a, b in zip(edges[:-1], edges[1:])]
+    return [(out_ids[a:b], out_w[a:b]) for a, b in itertools.pairwise(edges)]
 
 
 def lexical_weights_flat(
@@ -151,15 +152,18 @@ def compiled_ready() -> bool:
 
 
 def _compile() -> Callable:
-    global _compiled
+    global _compiled  # noqa: PLW0603 -- compiled once per process, read by the dispatcher
     with _compile_lock:
         if _compiled is None:
             from ._kernel import lexical_weights_pass
 
             # Compile for the types the processor passes, on a tiny input.
             lexical_weights_pass(
-                np.array([0, 5], np.int64), np.array([0.5, 0.5], np.float32),
-                np.array([2], np.int64), np.ones(1, np.bool_), np.zeros(6, np.int32),
+                np.array([0, 5], np.int64),
+                np.array([0.5, 0.5], np.float32),
+                np.array([2], np.int64),
+                np.ones(1, np.bool_),
+                np.zeros(6, np.int32),
                 np.empty(2, np.int32),
             )
             _compiled = lexical_weights_pass
@@ -169,7 +173,7 @@ def _compile() -> Callable:
 def start_compiling() -> None:
     """Compile the single pass in a background thread; until it is ready,
     and if numba is missing, the numpy path serves."""
-    global _compile_thread
+    global _compile_thread  # noqa: PLW0603 -- at most one compiling thread per process
 
     def run() -> None:
         started = time.perf_counter()
@@ -178,7 +182,8 @@ def start_compiling() -> None:
         except Exception:  # numba missing or broken: the numpy path is complete
             logger.warning(
                 "bge_m3_sparse_plugin: the compiled lexical-weight pass is not available; "
-                "using numpy", exc_info=True,
+                "using numpy",
+                exc_info=True,
             )
         else:
             logger.info(
@@ -189,9 +194,7 @@ def start_compiling() -> None:
     with _compile_lock:
         if _compiled is not None or _compile_thread is not None:
             return
-        _compile_thread = threading.Thread(
-            target=run, name="bge-m3-sparse-compile", daemon=True
-        )
+        _compile_thread = threading.Thread(target=run, name="bge-m3-sparse-compile", daemon=True)
         # A short-lived process (an offline script, the index command) must not
         # tear down the interpreter while this thread is inside LLVM.
         atexit.register(_compile_thread.join, 60)

@@ -33,7 +33,7 @@ from .job import Job, ShardWriter, SinkLike, Summary, Vector, collect, open_outp
 from .output import shard_name
 from .reader import Row, check_text, read_rows
 
-__all__ = ["RaySettings", "run_job_on_ray", "replica_plan"]
+__all__ = ["RaySettings", "replica_plan", "run_job_on_ray"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,9 @@ class RaySettings:
     log_to_driver: bool = False  # the replicas' vLLM logs, on the driver's terminal
 
 
-def replica_plan(nodes: list[dict[str, float]], settings: RaySettings) -> tuple[int, dict[str, float]]:
+def replica_plan(
+    nodes: list[dict[str, float]], settings: RaySettings
+) -> tuple[int, dict[str, float]]:
     """How many replicas, and what each asks Ray for, from the alive nodes'
     resources (``ray.nodes()[i]["Resources"]``). Pure: tested without Ray."""
     gpus = sum(int(node.get("GPU", 0)) for node in nodes)
@@ -53,7 +55,9 @@ def replica_plan(nodes: list[dict[str, float]], settings: RaySettings) -> tuple[
     smallest = min(int(node.get("CPU", 1)) for node in nodes)
     cores = settings.cores_per_replica or smallest
     if cores > smallest:
-        raise ValueError(f"--cores-per-replica {cores} is more than the smallest node has ({smallest})")
+        raise ValueError(
+            f"--cores-per-replica {cores} is more than the smallest node has ({smallest})"
+        )
     replicas = settings.replicas or sum(int(node.get("CPU", 1)) // cores for node in nodes)
     return max(1, replicas), {"num_cpus": cores}
 
@@ -61,14 +65,18 @@ def replica_plan(nodes: list[dict[str, float]], settings: RaySettings) -> tuple[
 def cpu_runtime_env(cores: int) -> dict[str, Any]:
     """vLLM's CPU binding for a replica: all its cores compute, none is kept
     back for a front end (which halved throughput here)."""
-    return {"env_vars": {
-        "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(cores),
-    }}
+    return {
+        "env_vars": {
+            "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "OMP_NUM_THREADS": str(cores),
+        }
+    }
 
 
-def _claim_core_slot(cores: int, name: str = "bge-m3-sparse-cores") -> tuple[int, socket.socket | None]:
+def _claim_core_slot(
+    cores: int, name: str = "bge-m3-sparse-cores"
+) -> tuple[int, socket.socket | None]:
     """The first core range no other replica on this node holds.
 
     A replica holds its range with an abstract Unix socket (Linux): the kernel
@@ -89,8 +97,9 @@ def _claim_core_slot(cores: int, name: str = "bge-m3-sparse-cores") -> tuple[int
 class Replica:
     """One ``vllm.LLM`` with the plugin, in a Ray actor; called on batches of rows."""
 
-    def __init__(self, model: str, options: EncodeOptions, settings: EngineSettings,
-                 cores: int | None) -> None:
+    def __init__(
+        self, model: str, options: EncodeOptions, settings: EngineSettings, cores: int | None
+    ) -> None:
         self._slot_holder = None
         if cores is not None and not on_gpu():
             slot, self._slot_holder = _claim_core_slot(cores)
@@ -108,47 +117,75 @@ class Replica:
         columns = batch.to_pydict()
         rows = [
             Row(id=i, text=t, file=f, row=r, problem=p)
-            for i, t, f, r, p in zip(columns["id"], columns["text"], columns["file"], columns["row"],
-                                     columns["problem"])
+            for i, t, f, r, p in zip(
+                columns["id"], columns["text"], columns["file"], columns["row"], columns["problem"]
+            )
         ]
         results = self._encode_rows(self.encoder, rows)
         vectors = [r if isinstance(r, Vector) else None for r in results]
-        return pa.table({
-            "id": pa.array(columns["id"], pa.string()),
-            "file": pa.array(columns["file"], pa.string()),
-            "row": pa.array(columns["row"], pa.int64()),
-            "shard": pa.array(columns["shard"], pa.int64()),
-            "error": pa.array([r if isinstance(r, str) else None for r in results], pa.string()),
-            "num_tokens": pa.array([v.num_tokens if v else None for v in vectors], pa.int32()),
-            "indices": pa.array([v.indices if v else None for v in vectors], pa.list_(pa.int32())),
-            "values": pa.array([v.values if v else None for v in vectors], pa.list_(pa.float32())),
-            "dense": pa.array([v.dense if v else None for v in vectors], pa.list_(pa.float32())),
-            "ready_at": pa.array([self.ready_at] * len(rows), pa.float64()),
-        })
+        return pa.table(
+            {
+                "id": pa.array(columns["id"], pa.string()),
+                "file": pa.array(columns["file"], pa.string()),
+                "row": pa.array(columns["row"], pa.int64()),
+                "shard": pa.array(columns["shard"], pa.int64()),
+                "error": pa.array(
+                    [r if isinstance(r, str) else None for r in results], pa.string()
+                ),
+                "num_tokens": pa.array([v.num_tokens if v else None for v in vectors], pa.int32()),
+                "indices": pa.array(
+                    [v.indices if v else None for v in vectors], pa.list_(pa.int32())
+                ),
+                "values": pa.array(
+                    [v.values if v else None for v in vectors], pa.list_(pa.float32())
+                ),
+                "dense": pa.array(
+                    [v.dense if v else None for v in vectors], pa.list_(pa.float32())
+                ),
+                "ready_at": pa.array([self.ready_at] * len(rows), pa.float64()),
+            }
+        )
 
 
-def read_file(batch: Any, id_column: str, text_column: str, rows_per_shard: int,
-              done: frozenset[int], batch_rows: int) -> Iterator[Any]:
+def read_file(
+    batch: Any,
+    id_column: str,
+    text_column: str,
+    rows_per_shard: int,
+    done: frozenset[int],
+    batch_rows: int,
+) -> Iterator[Any]:
     """Rows of the files in ``batch`` (one file, at ``offset`` rows into the
     input), with their shard number, minus the shards already done."""
     import pyarrow as pa
 
     def table(rows: list[Row], shards: list[int]) -> Any:
-        return pa.table({
-            "id": pa.array([r.id for r in rows], pa.string()),
-            # A text that is not a string travels as "", its problem named.
-            "text": pa.array([r.text if isinstance(r.text, str) else "" for r in rows], pa.string()),
-            "file": pa.array([r.file for r in rows], pa.string()),
-            "row": pa.array([r.row for r in rows], pa.int64()),
-            "shard": pa.array(shards, pa.int64()),
-            "problem": pa.array([r.problem or (check_text(r.text) if not isinstance(r.text, str) else None)
-                                 for r in rows], pa.string()),
-        })
+        return pa.table(
+            {
+                "id": pa.array([r.id for r in rows], pa.string()),
+                # A text that is not a string travels as "", its problem named.
+                "text": pa.array(
+                    [r.text if isinstance(r.text, str) else "" for r in rows], pa.string()
+                ),
+                "file": pa.array([r.file for r in rows], pa.string()),
+                "row": pa.array([r.row for r in rows], pa.int64()),
+                "shard": pa.array(shards, pa.int64()),
+                "problem": pa.array(
+                    [
+                        r.problem or (check_text(r.text) if not isinstance(r.text, str) else None)
+                        for r in rows
+                    ],
+                    pa.string(),
+                ),
+            }
+        )
 
     for path, offset in zip(batch["path"].to_pylist(), batch["offset"].to_pylist()):
         rows: list[Row] = []
         shards: list[int] = []
-        for position, row in enumerate(read_rows([Path(path)], id_column, text_column), start=offset):
+        for position, row in enumerate(
+            read_rows([Path(path)], id_column, text_column), start=offset
+        ):
             shard = position // rows_per_shard
             if shard in done:
                 continue
@@ -180,7 +217,9 @@ def _shards(batches: Iterator[Any]) -> Iterator[tuple[int, list[Row], list[Vecto
             if item["error"] is not None:
                 results.append(item["error"])
             else:
-                results.append(Vector(item["num_tokens"], item["indices"], item["values"], item["dense"]))
+                results.append(
+                    Vector(item["num_tokens"], item["indices"], item["values"], item["dense"])
+                )
     if current is not None:
         yield current, rows, results
 
@@ -222,9 +261,7 @@ def run_job_on_ray(
     started, started_at = time.perf_counter(), time.time()
     total = sum(counts)
     n_shards = -(-total // job.rows_per_shard)
-    done = frozenset(
-        i for i in range(n_shards) if shard_name(i) in manifest.shards
-    )
+    done = frozenset(i for i in range(n_shards) if shard_name(i) in manifest.shards)
     summary.shards_skipped = len(done)
     if progress:
         for name in sorted(manifest.shards):
@@ -245,13 +282,23 @@ def run_job_on_ray(
                 # Read where the command runs, which sees the input paths;
                 # the rows then travel to the replicas, wherever they are.
                 # (Ray's own local:// reads pin themselves so, by this label.)
-                read_file, batch_size=1, batch_format="pyarrow", num_cpus=0,
+                read_file,
+                batch_size=1,
+                batch_format="pyarrow",
+                num_cpus=0,
                 label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-                fn_kwargs={"id_column": job.id_column, "text_column": job.text_column,
-                           "rows_per_shard": job.rows_per_shard, "done": done, "batch_rows": batch_size},
+                fn_kwargs={
+                    "id_column": job.id_column,
+                    "text_column": job.text_column,
+                    "rows_per_shard": job.rows_per_shard,
+                    "done": done,
+                    "batch_rows": batch_size,
+                },
             )
             .map_batches(
-                Replica, batch_size=batch_size, batch_format="pyarrow",
+                Replica,
+                batch_size=batch_size,
+                batch_format="pyarrow",
                 compute=ray.data.ActorPoolStrategy(size=replicas),
                 fn_constructor_args=(job.model, job.options, settings, cores),
                 runtime_env=cpu_runtime_env(cores) if cores else None,

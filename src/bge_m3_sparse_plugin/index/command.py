@@ -22,59 +22,102 @@ makes this 0); 2 refused (bad arguments, or OUTPUT holds another job).
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="JSONL, Parquet or CSV files, folders of them, or globs; then the output folder")
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="JSONL, Parquet or CSV files, folders of them, or globs; then the output folder",
+    )
     parser.add_argument("--model", required=True, help="model folder or name (BAAI/bge-m3)")
     parser.add_argument("--id-column", default="id", help="column holding the row id (default: id)")
-    parser.add_argument("--text-column", default="text", help="column holding the text (default: text)")
+    parser.add_argument(
+        "--text-column", default="text", help="column holding the text (default: text)"
+    )
     parser.add_argument("--dense", action="store_true", help="also store the dense vector")
     parser.add_argument("--top-k", type=int, help="keep each row's k heaviest tokens")
     parser.add_argument("--min-weight", type=float, help="drop tokens lighter than this")
-    parser.add_argument("--truncate", type=int, metavar="N",
-                        help="cut texts to N tokens (as FlagEmbedding's max_length); without it an "
-                             "over-long text is an error row")
+    parser.add_argument(
+        "--truncate",
+        type=int,
+        metavar="N",
+        help="cut texts to N tokens (as FlagEmbedding's max_length); without it an "
+        "over-long text is an error row",
+    )
     parser.add_argument("--rows-per-shard", type=int, default=10_000, help="default: 10000")
-    parser.add_argument("--batch-size", type=int, default=512,
-                        help="texts per engine call (default: 512; at most 1024)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=512,
+        help="texts per engine call (default: 512; at most 1024)",
+    )
     parser.add_argument("--dtype", default="auto", help="vLLM's --dtype (default: auto)")
     parser.add_argument("--max-model-len", type=int, help="vLLM's --max-model-len")
-    parser.add_argument("--gpu-memory-utilization", type=float,
-                        help="vLLM's setting (default: 0.9 on a GPU, 0.2 on a CPU, where it is RAM)")
+    parser.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        help="vLLM's setting (default: 0.9 on a GPU, 0.2 on a CPU, where it is RAM)",
+    )
     parser.add_argument("--max-num-batched-tokens", type=int, help="vLLM's setting")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's setting")
-    parser.add_argument("--sink", metavar="KIND:TARGET",
-                        help="also load the vectors into milvus-lite:PATH, qdrant:PATH (both "
-                             "in-process), milvus:URI or qdrant:URL (servers)")
-    parser.add_argument("--collection", default="bge_m3_sparse",
-                        help="the --sink collection (default: bge_m3_sparse)")
-    parser.add_argument("--allow-errors", action="store_true",
-                        help="exit 0 even when some rows were bad")
-    parser.add_argument("--ray", action="store_true",
-                        help="run on Ray Data: a local Ray on this machine, or the cluster of "
-                             "--ray-address (needs the [ray] extra, and the plugin on every node)")
-    parser.add_argument("--ray-address", metavar="ADDR",
-                        help="an existing Ray cluster (ray://HOST:10001, HOST:6379 or auto); implies --ray")
-    parser.add_argument("--replicas", type=int,
-                        help="with Ray: engines (default: one per GPU; on CPUs, one per "
-                             "--cores-per-replica cores of each node)")
-    parser.add_argument("--cores-per-replica", type=int,
-                        help="with Ray on CPUs: cores each engine binds (default: the smallest node's)")
+    parser.add_argument(
+        "--sink",
+        metavar="KIND:TARGET",
+        help="also load the vectors into milvus-lite:PATH, qdrant:PATH (both "
+        "in-process), milvus:URI or qdrant:URL (servers)",
+    )
+    parser.add_argument(
+        "--collection",
+        default="bge_m3_sparse",
+        help="the --sink collection (default: bge_m3_sparse)",
+    )
+    parser.add_argument(
+        "--allow-errors", action="store_true", help="exit 0 even when some rows were bad"
+    )
+    parser.add_argument(
+        "--ray",
+        action="store_true",
+        help="run on Ray Data: a local Ray on this machine, or the cluster of "
+        "--ray-address (needs the [ray] extra, and the plugin on every node)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="an existing Ray cluster (ray://HOST:10001, HOST:6379 or auto); implies --ray",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        help="with Ray: engines (default: one per GPU; on CPUs, one per "
+        "--cores-per-replica cores of each node)",
+    )
+    parser.add_argument(
+        "--cores-per-replica",
+        type=int,
+        help="with Ray on CPUs: cores each engine binds (default: the smallest node's)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--verbose", action="store_true", help="show vLLM's own log (otherwise errors only)")
+    parser.add_argument(
+        "--verbose", action="store_true", help="show vLLM's own log (otherwise errors only)"
+    )
 
 
 def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if len(args.paths) < 2:
         parser.error("give at least one INPUT and the OUTPUT folder")
     for name, value, low in (
-        ("--rows-per-shard", args.rows_per_shard, 1), ("--batch-size", args.batch_size, 1),
-        ("--top-k", args.top_k, 1), ("--truncate", args.truncate, 2),
-        ("--replicas", args.replicas, 1), ("--cores-per-replica", args.cores_per_replica, 1),
+        ("--rows-per-shard", args.rows_per_shard, 1),
+        ("--batch-size", args.batch_size, 1),
+        ("--top-k", args.top_k, 1),
+        ("--truncate", args.truncate, 2),
+        ("--replicas", args.replicas, 1),
+        ("--cores-per-replica", args.cores_per_replica, 1),
     ):
         if value is not None and value < low:
             parser.error(f"{name} must be >= {low}, got {value}")
     if args.batch_size > 1024:
-        parser.error(f"--batch-size must be <= 1024 (the plugin's inputs per request), got {args.batch_size}")
+        parser.error(
+            f"--batch-size must be <= 1024 (the plugin's inputs per request), got {args.batch_size}"
+        )
     if (args.replicas or args.cores_per_replica) and not (args.ray or args.ray_address):
         parser.error("--replicas and --cores-per-replica go with --ray or --ray-address")
     if args.min_weight is not None and args.min_weight < 0:
@@ -94,8 +137,14 @@ class _Progress:
         if self.enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, initial=self.skipped, unit="doc", desc="indexing",
-                            dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(
+                total=self.total,
+                initial=self.skipped,
+                unit="doc",
+                desc="indexing",
+                dynamic_ncols=True,
+                smoothing=0.1,
+            )
 
     def advance(self, rows: int, tokens: int) -> None:
         if self.bar is None:
@@ -111,13 +160,21 @@ class _Progress:
             self.bar.close()
 
 
-def _run_on_ray(args: argparse.Namespace, job: Any, files: list[Path], output: Path, settings: Any,
-                open_the_sink: Any) -> Any:
+def _run_on_ray(
+    args: argparse.Namespace,
+    job: Any,
+    files: list[Path],
+    output: Path,
+    settings: Any,
+    open_the_sink: Any,
+) -> Any:
     try:
         import ray.data  # noqa: F401
     except ImportError:
-        print("bge-m3-sparse index: --ray needs Ray Data: pip install 'bge-m3-sparse-plugin[ray]'",
-              file=sys.stderr)
+        print(
+            "bge-m3-sparse index: --ray needs Ray Data: pip install 'bge-m3-sparse-plugin[ray]'",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     from .cluster import RaySettings, run_job_on_ray
     from .reader import count_rows
@@ -128,7 +185,9 @@ def _run_on_ray(args: argparse.Namespace, job: Any, files: list[Path], output: P
 
         dense_size = int(AutoConfig.from_pretrained(job.model).hidden_size)
     ray_settings = RaySettings(
-        address=args.ray_address, replicas=args.replicas, cores_per_replica=args.cores_per_replica,
+        address=args.ray_address,
+        replicas=args.replicas,
+        cores_per_replica=args.cores_per_replica,
         log_to_driver=args.verbose,
     )
     # Counted once: the shard of each row comes from its file's offset, the
@@ -136,8 +195,19 @@ def _run_on_ray(args: argparse.Namespace, job: Any, files: list[Path], output: P
     counts = [count_rows([path]) for path in files]
     progress = _Progress(total=sum(counts), enabled=not args.no_progress)
     try:
-        return run_job_on_ray(job, files, counts, output, settings, ray_settings, args.batch_size,
-                              open_the_sink, dense_size, progress.advance, progress.start)
+        return run_job_on_ray(
+            job,
+            files,
+            counts,
+            output,
+            settings,
+            ray_settings,
+            args.batch_size,
+            open_the_sink,
+            dense_size,
+            progress.advance,
+            progress.start,
+        )
     finally:
         progress.close()
 
@@ -171,18 +241,26 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense
     )
     settings = EngineSettings(
-        dtype=args.dtype, max_model_len=args.max_model_len,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_batched_tokens=args.max_num_batched_tokens,
         tensor_parallel_size=args.tensor_parallel_size,
     )
     model = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     job = Job(
-        model=model, inputs=[str(f.resolve()) for f in files],
-        input_sizes=[f.stat().st_size for f in files], id_column=args.id_column,
-        text_column=args.text_column, rows_per_shard=args.rows_per_shard, options=options,
-        dtype=args.dtype, max_model_len=args.max_model_len, plugin_version=__version__,
-        vllm_version=installed_vllm_version(), sink=sink.describe() if sink else None,
+        model=model,
+        inputs=[str(f.resolve()) for f in files],
+        input_sizes=[f.stat().st_size for f in files],
+        id_column=args.id_column,
+        text_column=args.text_column,
+        rows_per_shard=args.rows_per_shard,
+        options=options,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        plugin_version=__version__,
+        vllm_version=installed_vllm_version(),
+        sink=sink.describe() if sink else None,
     )
     open_the_sink = (lambda dense_size: open_sink(sink, dense_size)) if sink else None
     try:
@@ -192,8 +270,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
             try:
                 summary = run_job(
-                    job, files, output, lambda: Encoder(model, options, settings), args.batch_size,
-                    progress.advance, progress.start, open_the_sink,
+                    job,
+                    files,
+                    output,
+                    lambda: Encoder(model, options, settings),
+                    args.batch_size,
+                    progress.advance,
+                    progress.start,
+                    open_the_sink,
                 )
             finally:
                 progress.close()
@@ -212,7 +296,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     )
     print(
         f"output: {output}/ holds {totals['documents']:,} documents in {len(list(output.glob('part-*.parquet')))} "
-        f"shards; {totals['errors']:,} bad rows" + (f", listed in {output / ERRORS}" if totals["errors"] else "")
+        f"shards; {totals['errors']:,} bad rows"
+        + (f", listed in {output / ERRORS}" if totals["errors"] else "")
     )
     if sink is not None:
         print(f"loaded into {sink.describe()}")

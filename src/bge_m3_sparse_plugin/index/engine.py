@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import HF_OVERRIDES
 
-__all__ = ["EncodeOptions", "EngineSettings", "Encoded", "Encoder", "cpu_engine_env"]
+__all__ = ["EncodeOptions", "Encoded", "Encoder", "EngineSettings", "cpu_engine_env"]
 
 
 @dataclass(frozen=True)

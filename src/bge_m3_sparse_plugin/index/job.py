@@ -26,7 +26,14 @@ from .output import (
 from .reader import Row, check_text, read_rows
 
 __all__ = [
-    "Job", "Summary", "Vector", "ShardWriter", "collect", "encode_rows", "open_output", "run_job",
+    "Job",
+    "ShardWriter",
+    "Summary",
+    "Vector",
+    "collect",
+    "encode_rows",
+    "open_output",
+    "run_job",
     "shards_of",
 ]
 
@@ -164,8 +171,14 @@ class ShardWriter:
     """Writes finished shards: the shard file, the sink, the error log, then
     the manifest (last, so that a shard is recorded only once all is done)."""
 
-    def __init__(self, output: Path, manifest: Manifest, summary: Summary, dense_size: int | None,
-                 progress: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self,
+        output: Path,
+        manifest: Manifest,
+        summary: Summary,
+        dense_size: int | None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
         self.output, self.manifest, self.summary = output, manifest, summary
         self.dense_size = dense_size
         self.progress = progress
@@ -178,7 +191,10 @@ class ShardWriter:
         append_errors(self.output, errors)
         tokens = sum(shard.num_tokens)
         self.manifest.shards[name] = {
-            "rows": rows, "documents": len(shard.ids), "errors": len(errors), "tokens": tokens,
+            "rows": rows,
+            "documents": len(shard.ids),
+            "errors": len(errors),
+            "tokens": tokens,
         }
         self.manifest.save(self.output)
         summary = self.summary

@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "MANIFEST",
     "ERRORS",
+    "MANIFEST",
     "Manifest",
     "OutputMismatch",
     "ShardRows",
+    "append_errors",
+    "keep_errors",
+    "read_errors",
     "shard_name",
     "write_shard",
-    "read_errors",
-    "keep_errors",
-    "append_errors",
 ]
 
 MANIFEST = "_manifest.json"

@@ -16,9 +16,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Row", "FORMATS", "resolve_inputs", "read_rows", "count_rows", "check_text"]
+__all__ = ["FORMATS", "Row", "check_text", "count_rows", "read_rows", "resolve_inputs"]
 
-FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".csv": "csv"}
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".csv": "csv",
+}
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,9 @@ def resolve_inputs(specs: list[str]) -> list[Path]:
     for spec in specs:
         path = Path(spec)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS)
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in FORMATS
+            )
             if not found:
                 raise ValueError(f"{spec}: no {', '.join(sorted(FORMATS))} files in this folder")
             files.extend(found)
@@ -72,7 +80,13 @@ def _jsonl_rows(path: Path, id_column: str, text_column: str) -> Iterator[Row]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield Row(fallback, None, str(path), row, f"undecodable bytes: {exc.reason} at byte {exc.start}")
+                yield Row(
+                    fallback,
+                    None,
+                    str(path),
+                    row,
+                    f"undecodable bytes: {exc.reason} at byte {exc.start}",
+                )
                 continue
             try:
                 record = json.loads(line)
@@ -80,7 +94,9 @@ def _jsonl_rows(path: Path, id_column: str, text_column: str) -> Iterator[Row]:
                 yield Row(fallback, None, str(path), row, f"not valid JSON: {exc.msg}")
                 continue
             if not isinstance(record, dict):
-                yield Row(fallback, None, str(path), row, f"a JSON {type(record).__name__}, not an object")
+                yield Row(
+                    fallback, None, str(path), row, f"a JSON {type(record).__name__}, not an object"
+                )
                 continue
             rid = _row_id(record.get(id_column), path, row)
             if text_column not in record:
@@ -120,7 +136,13 @@ def _csv_rows(path: Path, id_column: str, text_column: str) -> Iterator[Row]:
             try:
                 text_line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                yield Row(fallback, None, str(path), row, f"undecodable bytes: {exc.reason} at byte {exc.start}")
+                yield Row(
+                    fallback,
+                    None,
+                    str(path),
+                    row,
+                    f"undecodable bytes: {exc.reason} at byte {exc.start}",
+                )
                 continue
             values = next(csv.reader(io.StringIO(text_line)), [])
             record = dict(zip(header, values))
@@ -162,7 +184,9 @@ def count_rows(files: list[Path]) -> int:
             total += pq.ParquetFile(path).metadata.num_rows
         else:
             with open(path, "rb") as f:
-                records = _csv_records(iter(f)) if kind == "csv" else (line for line in f if line.strip())
+                records = (
+                    _csv_records(iter(f)) if kind == "csv" else (line for line in f if line.strip())
+                )
                 n = sum(1 for _ in records)
             total += n - 1 if kind == "csv" and n else n
     return total

@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 from .output import ShardRows
 
-__all__ = ["Sink", "SinkSpec", "parse_sink", "open_sink", "qdrant_point_id", "SPARSE_FIELD", "DENSE_FIELD"]
+__all__ = [
+    "DENSE_FIELD",
+    "SPARSE_FIELD",
+    "Sink",
+    "SinkSpec",
+    "open_sink",
+    "parse_sink",
+    "qdrant_point_id",
+]
 
 SPARSE_FIELD = "sparse"
 DENSE_FIELD = "dense"
@@ -78,7 +86,8 @@ class MilvusSink:
         records: list[dict[str, Any]] = []
         for i, row_id in enumerate(rows.ids):
             record: dict[str, Any] = {
-                "id": row_id, SPARSE_FIELD: dict(zip(rows.indices[i], rows.values[i])),
+                "id": row_id,
+                SPARSE_FIELD: dict(zip(rows.indices[i], rows.values[i])),
             }
             if self.dense and rows.dense is not None:
                 record[DENSE_FIELD] = rows.dense[i]
@@ -105,7 +114,8 @@ class QdrantSink:
         if not self.client.collection_exists(self.collection):
             vectors = (
                 {DENSE_FIELD: models.VectorParams(size=dense_size, distance=models.Distance.DOT)}
-                if dense_size is not None else {}
+                if dense_size is not None
+                else {}
             )
             self.client.create_collection(
                 self.collection,
@@ -122,9 +132,15 @@ class QdrantSink:
             }
             if self.dense and rows.dense is not None:
                 vector[DENSE_FIELD] = rows.dense[i]
-            points.append(models.PointStruct(id=qdrant_point_id(row_id), vector=vector, payload={"id": row_id}))
+            points.append(
+                models.PointStruct(
+                    id=qdrant_point_id(row_id), vector=vector, payload={"id": row_id}
+                )
+            )
         for start in range(0, len(points), self.batch):
-            self.client.upsert(self.collection, points=points[start : start + self.batch], wait=True)
+            self.client.upsert(
+                self.collection, points=points[start : start + self.batch], wait=True
+            )
 
     def close(self) -> None:
         self.client.close()

@@ -25,16 +25,35 @@ __all__ = ["BgeM3SparseDocumentEmbedder", "BgeM3SparseTextEmbedder"]
 
 
 class _Settings:
-    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, *,
-                 return_dense: bool = False, batch_size: int = 64, api_key: str | None = None,
-                 timeout: float = 60.0, **request_options: Any) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        model: str | None = None,
+        *,
+        return_dense: bool = False,
+        batch_size: int = 64,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        **request_options: Any,
+    ) -> None:
         self.init_parameters = {
-            "base_url": base_url, "model": model, "return_dense": return_dense, "batch_size": batch_size,
-            "timeout": timeout, **request_options,
+            "base_url": base_url,
+            "model": model,
+            "return_dense": return_dense,
+            "batch_size": batch_size,
+            "timeout": timeout,
+            **request_options,
         }  # api_key is not serialized: pass it again when loading a pipeline
         self.return_dense = return_dense
-        self.remote = Remote(base_url, model, api_key=api_key, timeout=timeout, batch_size=batch_size,
-                             return_dense=return_dense, **request_options)
+        self.remote = Remote(
+            base_url,
+            model,
+            api_key=api_key,
+            timeout=timeout,
+            batch_size=batch_size,
+            return_dense=return_dense,
+            **request_options,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, **self.init_parameters)
@@ -54,7 +73,9 @@ class BgeM3SparseDocumentEmbedder(_Settings):
 
     @component.output_types(documents=list[Document])
     async def run_async(self, documents: list[Document]) -> dict[str, Any]:
-        return {"documents": self._fill(documents, await self.remote.aencode(self._texts(documents)))}
+        return {
+            "documents": self._fill(documents, await self.remote.aencode(self._texts(documents)))
+        }
 
     @staticmethod
     def _texts(documents: list[Document]) -> list[str]:
@@ -65,7 +86,9 @@ class BgeM3SparseDocumentEmbedder(_Settings):
     def _fill(self, documents: list[Document], vectors: list[Any]) -> list[Document]:
         out = []
         for document, v in zip(documents, vectors, strict=True):
-            changes: dict[str, Any] = {"sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)}
+            changes: dict[str, Any] = {
+                "sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)
+            }
             if self.return_dense:
                 changes["embedding"] = v.dense
             out.append(replace(document, **changes))
@@ -87,12 +110,16 @@ class BgeM3SparseTextEmbedder(_Settings):
     @staticmethod
     def _text(text: str) -> list[str]:
         if not isinstance(text, str):
-            raise TypeError("BgeM3SparseTextEmbedder expects a string; for documents, use "
-                            "BgeM3SparseDocumentEmbedder")
+            raise TypeError(
+                "BgeM3SparseTextEmbedder expects a string; for documents, use "
+                "BgeM3SparseDocumentEmbedder"
+            )
         return [text]
 
     def _output(self, v: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)}
+        out: dict[str, Any] = {
+            "sparse_embedding": SparseEmbedding(indices=v.indices, values=v.values)
+        }
         if self.return_dense:
             out["embedding"] = v.dense
         return out

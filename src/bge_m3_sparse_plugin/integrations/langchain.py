@@ -26,7 +26,7 @@ from langchain_qdrant import SparseEmbeddings, SparseVector
 from ..client import DEFAULT_BASE_URL
 from .remote import Remote
 
-__all__ = ["BgeM3SparseEmbeddings", "BgeM3MilvusSparseEmbeddings", "BgeM3DenseEmbeddings"]
+__all__ = ["BgeM3DenseEmbeddings", "BgeM3MilvusSparseEmbeddings", "BgeM3SparseEmbeddings"]
 
 
 class BgeM3DenseEmbeddings(Embeddings):
@@ -53,12 +53,17 @@ class BgeM3SparseEmbeddings(SparseEmbeddings):
     FlagEmbedding's ``lexical_weights``. ``request_options`` are the typed client's
     (``top_k``, ``min_weight``, ``truncate_prompt_tokens``)."""
 
-    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
+    ) -> None:
         self.remote = Remote(base_url, model, **options)
         self.dense_embeddings = BgeM3DenseEmbeddings(self.remote)
 
     def embed_documents(self, texts: list[str]) -> list[SparseVector]:
-        return [SparseVector(indices=v.indices, values=v.values) for v in self.remote.encode(list(texts))]
+        return [
+            SparseVector(indices=v.indices, values=v.values)
+            for v in self.remote.encode(list(texts))
+        ]
 
     def embed_query(self, text: str) -> SparseVector:
         return self.embed_documents([text])[0]
@@ -74,7 +79,9 @@ class BgeM3SparseEmbeddings(SparseEmbeddings):
 class BgeM3MilvusSparseEmbeddings(BaseSparseEmbedding):
     """``langchain_milvus``'s sparse embedding: each text's ``{token id: weight}``."""
 
-    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
+    ) -> None:
         self.remote = Remote(base_url, model, **options)
         self.dense_embeddings = BgeM3DenseEmbeddings(self.remote)
 

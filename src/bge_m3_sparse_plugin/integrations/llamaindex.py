@@ -27,7 +27,7 @@ from pydantic import PrivateAttr
 from ..client import DEFAULT_BASE_URL
 from .remote import Remote
 
-__all__ = ["BgeM3Sparse", "BgeM3DenseEmbedding"]
+__all__ = ["BgeM3DenseEmbedding", "BgeM3Sparse"]
 
 BatchSparseEncoding = tuple[list[list[int]], list[list[float]]]
 
@@ -64,7 +64,9 @@ class BgeM3DenseEmbedding(BaseEmbedding):
 class BgeM3Sparse:
     """The ``sparse_doc_fn`` / ``sparse_query_fn`` pair, and ``embed_model`` for the dense half."""
 
-    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any) -> None:
+    def __init__(
+        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
+    ) -> None:
         self.remote = Remote(base_url, model, **options)
         self.embed_model = BgeM3DenseEmbedding(self.remote)
 

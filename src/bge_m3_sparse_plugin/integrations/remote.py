@@ -26,7 +26,7 @@ from ..client import (
     SparseEmbeddingError,
 )
 
-__all__ = ["Remote", "Vectors", "SparseEmbeddingError"]
+__all__ = ["Remote", "SparseEmbeddingError", "Vectors"]
 
 Half = Literal["sparse", "dense"]
 KEPT_TEXTS = 4096  # texts kept per half, the oldest dropped first
@@ -74,13 +74,23 @@ class Remote:
     httpx clients of one's own (proxies, TLS), as the typed client takes them.
     """
 
-    def __init__(self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, *,
-                 api_key: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 batch_size: int = 64, return_dense: bool = False,
-                 http_client: httpx.Client | None = None, async_http_client: httpx.AsyncClient | None = None,
-                 **request_options: Any) -> None:
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        batch_size: int = 64,
+        return_dense: bool = False,
+        http_client: httpx.Client | None = None,
+        async_http_client: httpx.AsyncClient | None = None,
+        **request_options: Any,
+    ) -> None:
         if not 1 <= batch_size <= 1024:
-            raise ValueError(f"batch_size must be 1 to 1024 (the plugin's inputs per request), got {batch_size}")
+            raise ValueError(
+                f"batch_size must be 1 to 1024 (the plugin's inputs per request), got {batch_size}"
+            )
         for name in ("return_sparse", "return_dense", "sparse_format", "input"):
             if name in request_options:
                 raise TypeError(f"{name} is set by the adapter, not a request option")
@@ -90,19 +100,27 @@ class Remote:
         self.request_options = request_options
         self._http_clients = (http_client, async_http_client)
         self._sync: SparseEmbeddingClient | None = None
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._async: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient
+        ] = weakref.WeakKeyDictionary()
         self._kept: dict[Half, _Kept] = {"sparse": _Kept(), "dense": _Kept()}
 
     def _options(self, dense: bool) -> dict[str, Any]:
-        return {**self.request_options, "sparse_format": "indices_values", "return_sparse": True,
-                "return_dense": dense}
+        return {
+            **self.request_options,
+            "sparse_format": "indices_values",
+            "return_sparse": True,
+            "return_dense": dense,
+        }
 
     @staticmethod
     def _vectors(response: Any) -> list[Vectors]:
         return [
-            Vectors(item.sparse_embedding["indices"], item.sparse_embedding["values"], item.dense_embedding)
+            Vectors(
+                item.sparse_embedding["indices"],
+                item.sparse_embedding["values"],
+                item.dense_embedding,
+            )
             for item in response.data
         ]
 
@@ -117,8 +135,13 @@ class Remote:
         if kept is not None:
             return kept
         if self._sync is None:
-            self._sync = SparseEmbeddingClient(self.base_url, model=self.model, timeout=self.timeout,
-                                               api_key=self.api_key, http_client=self._http_clients[0])
+            self._sync = SparseEmbeddingClient(
+                self.base_url,
+                model=self.model,
+                timeout=self.timeout,
+                api_key=self.api_key,
+                http_client=self._http_clients[0],
+            )
         dense = self.return_dense or half == "dense"
         out: list[Vectors] = []
         for start in range(0, len(texts), self.batch_size):
@@ -146,8 +169,13 @@ class Remote:
         loop = asyncio.get_running_loop()
         client = self._async.get(loop)
         if client is None:
-            client = AsyncSparseEmbeddingClient(self.base_url, model=self.model, timeout=self.timeout,
-                                                api_key=self.api_key, http_client=self._http_clients[1])
+            client = AsyncSparseEmbeddingClient(
+                self.base_url,
+                model=self.model,
+                timeout=self.timeout,
+                api_key=self.api_key,
+                http_client=self._http_clients[1],
+            )
             self._async[loop] = client
         return client
 
