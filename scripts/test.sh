@@ -8,4 +8,5 @@ export TOKENIZERS_PARALLELISM=false
 # Lint and format first: seconds, and a red here needs no engine to explain.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/mypy  # strict, on src/ ([tool.mypy] in pyproject.toml)
 exec .venv/bin/python -m pytest "$@"

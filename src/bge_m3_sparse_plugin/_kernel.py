@@ -14,7 +14,14 @@ __all__ = ["lexical_weights_pass"]
 
 
 @numba.njit(cache=True, nogil=True)
-def lexical_weights_pass(ids, weights, lengths, is_skip, table, kept):  # pragma: no cover
+def lexical_weights_pass(  # pragma: no cover
+    ids: np.ndarray,
+    weights: np.ndarray,
+    lengths: np.ndarray,
+    is_skip: np.ndarray,
+    table: np.ndarray,
+    kept: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.int64]:
     """FlagEmbedding's lexical weights of concatenated sequences, in one pass.
 
     ``is_skip[t]`` marks the special ids (ids past its end are not special).

@@ -160,6 +160,7 @@ _Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
 
 class _Client(Generic[_Http]):
     _http_class: type[_Http]
+    _http: _Http
 
     def __init__(
         self,

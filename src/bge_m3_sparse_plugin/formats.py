@@ -85,7 +85,7 @@ def lexical_matching_score(query: Any, doc: Any) -> float:
     in any of the three shapes.
     """
     q, d = weight_dict(query), weight_dict(doc)
-    score = 0
+    score = 0.0
     for token, weight in q.items():
         if token in d:
             score += weight * d[token]

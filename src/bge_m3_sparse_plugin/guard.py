@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any, cast
 
 __all__ = ["MIDDLEWARE_MODULES", "POOLING_PREFIX", "guard_pooling_route"]
 
@@ -56,7 +57,7 @@ def guard_pooling_route() -> str | None:
         if not isinstance(prefixes, tuple) or not hasattr(module, "AuthenticationMiddleware"):
             continue
         if not POOLING_PREFIX.startswith(prefixes):  # vLLM already guards it: add nothing
-            module.GUARDED_PREFIX = (*prefixes, POOLING_PREFIX)
+            cast(Any, module).GUARDED_PREFIX = (*prefixes, POOLING_PREFIX)
             logger.info(
                 "bge_m3_sparse_plugin: an API key, when configured, now guards %s too",
                 POOLING_PREFIX,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -174,8 +174,8 @@ class SparseEmbeddingRequest(BaseModel):
     def inputs(self) -> list[str] | list[list[int]]:
         """The input as a list of texts or a list of token-id sequences."""
         if self.is_single():
-            return [self.input]  # type: ignore[list-item]
-        return list(self.input)  # type: ignore[arg-type]
+            return cast("list[str] | list[list[int]]", [self.input])
+        return cast("list[str] | list[list[int]]", list(self.input))
 
 
 class SparseToken(TypedDict):
@@ -209,7 +209,7 @@ class SparseEmbeddingItem(BaseModel):
     def _drop_unrequested(self, handler: Any) -> dict[str, Any]:
         # The embeddings appear only when asked for; `token` inside an entry
         # stays (null), as in the upstream response.
-        out = handler(self)
+        out: dict[str, Any] = handler(self)
         for key in ("sparse_embedding", "dense_embedding", "colbert_vecs"):
             if out.get(key) is None:
                 out.pop(key, None)

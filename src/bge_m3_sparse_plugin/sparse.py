@@ -40,7 +40,9 @@ __all__ = [
 logger = logging.getLogger("vllm.plugins." + __name__)
 
 # The compiled pass, set once it is compiled (or loaded from numba's cache).
-_compiled: Callable | None = None
+# ids, weights, lengths, is_skip, table, kept -> kept ids, weights, bounds, bad id.
+_Pass = Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray, np.int64]]
+_compiled: _Pass | None = None
 _compile_lock = threading.Lock()
 _compile_thread: threading.Thread | None = None
 
@@ -151,7 +153,7 @@ def compiled_ready() -> bool:
     return _compiled is not None
 
 
-def _compile() -> Callable:
+def _compile() -> _Pass:
     global _compiled  # noqa: PLW0603 -- compiled once per process, read by the dispatcher
     with _compile_lock:
         if _compiled is None:

@@ -32,7 +32,7 @@ def _vllm_version(name: str) -> str:
 
 # At import, not under __main__: vLLM spawns its API servers and engine, and
 # each re-imports this module before it runs.
-importlib.metadata.version = _vllm_version
+importlib.metadata.version = _vllm_version  # type: ignore[assignment]  # replaced on purpose
 
 if __name__ == "__main__":
     from vllm.entrypoints.cli.main import main

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .engine import EncodeOptions, EngineSettings, on_gpu
 from .job import Job, ShardWriter, SinkLike, Summary, Vector, collect, open_output
@@ -282,7 +282,7 @@ def run_job_on_ray(
                 # Read where the command runs, which sees the input paths;
                 # the rows then travel to the replicas, wherever they are.
                 # (Ray's own local:// reads pin themselves so, by this label.)
-                read_file,
+                cast(Any, read_file),  # a function of one batch, given fn_kwargs
                 batch_size=1,
                 batch_format="pyarrow",
                 num_cpus=0,
@@ -302,7 +302,7 @@ def run_job_on_ray(
                 compute=ray.data.ActorPoolStrategy(size=replicas),
                 fn_constructor_args=(job.model, job.options, settings, cores),
                 runtime_env=cpu_runtime_env(cores) if cores else None,
-                **resources,
+                **cast(dict[str, Any], resources),  # num_gpus or num_cpus
             )
         )
         if open_sink is not None:
@@ -314,7 +314,8 @@ def run_job_on_ray(
                 if len(batch):
                     if not ready and on_start:
                         on_start()  # the first rows are in: an engine is ready
-                    ready.append(min(batch.column("ready_at").to_pylist()))
+                    table: Any = batch  # a pyarrow.Table (batch_format)
+                    ready.append(min(table.column("ready_at").to_pylist()))
                 yield batch
 
         for index, rows, results in _shards(batches()):

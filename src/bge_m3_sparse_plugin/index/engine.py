@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .. import HF_OVERRIDES
 
@@ -124,7 +124,9 @@ class Encoder:
             data["top_k"] = self.options.top_k
         if self.options.min_weight is not None:
             data["min_weight"] = self.options.min_weight
-        (out,) = self.llm.encode({"data": data}, pooling_task="plugin", use_tqdm=False)
+        # The plugin's request, which vLLM hands to the IO processor as is.
+        prompt = cast(Any, {"data": data})
+        (out,) = self.llm.encode(prompt, pooling_task="plugin", use_tqdm=False)
         items = out.outputs.data
         return Encoded(
             indices=[item.sparse_embedding["indices"] for item in items],

@@ -1,0 +1,147 @@
+"""What a parsed request must satisfy before and after vLLM runs it, and the
+prompts it becomes. Pure functions, no vLLM: the processor turns a
+:class:`RequestError` into vLLM's 400 that names ``field``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, TypedDict
+
+from .limits import MAX_CHARS_ENV, MAX_INPUTS_ENV
+
+__all__ = [
+    "DEFAULT_TASK",
+    "GIVES_COLBERT",
+    "GIVES_DENSE",
+    "GIVES_SPARSE",
+    "RequestError",
+    "Wants",
+    "check_lengths",
+    "check_limits",
+    "check_task",
+    "item_field",
+    "prompts_for",
+]
+
+# What each pooling task of BgeM3EmbeddingModel puts into an output's data.
+GIVES_SPARSE = frozenset({"embed&token_classify", "token_classify"})
+GIVES_DENSE = frozenset({"embed&token_classify", "embed"})
+GIVES_COLBERT = frozenset({"token_embed"})
+DEFAULT_TASK = "embed&token_classify"
+_COLBERT_SERVER = """--pooler-config '{"task": "token_embed"}'"""
+
+
+class RequestError(ValueError):
+    """A request the plugin refuses: a 400 whose ``param`` is ``field``."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Wants:
+    """What a request asks for, as the task check needs it."""
+
+    sparse: bool
+    dense: bool
+    colbert: bool
+
+
+class TextPrompt(TypedDict):
+    prompt: str
+
+
+class TokensPrompt(TypedDict):
+    prompt_token_ids: list[int]
+
+
+def item_field(index: int, single: bool) -> str:
+    """How errors name input ``index``: ``data.input`` for a single input."""
+    return "data.input" if single else f"data.input[{index}]"
+
+
+def check_task(wants: Wants, pooling_task: str) -> None:
+    """The server's one pooling task gives what the request asks for."""
+    if not (wants.sparse or wants.dense or wants.colbert):
+        raise RequestError(
+            "data.return_sparse, data.return_dense and data.return_colbert_vecs are "
+            "all false; ask for at least one",
+            "data.return_sparse",
+        )
+    if wants.colbert and pooling_task not in GIVES_COLBERT:
+        raise RequestError(
+            f"data.return_colbert_vecs is true, but this server runs the "
+            f"{pooling_task!r} pooling task, which does not give ColBERT vectors. "
+            f"vLLM serves one pooling task per server: start one with {_COLBERT_SERVER} "
+            "for ColBERT vectors (and send it data.return_sparse=false), and keep this "
+            "one for sparse and dense",
+            "data.return_colbert_vecs",
+        )
+    flags: tuple[tuple[Literal["return_sparse", "return_dense"], bool, frozenset[str]], ...] = (
+        ("return_sparse", wants.sparse, GIVES_SPARSE),
+        ("return_dense", wants.dense, GIVES_DENSE),
+    )
+    for flag, wanted, giving in flags:
+        if wanted and pooling_task not in giving:
+            raise RequestError(
+                f"data.{flag} is true, but this server runs the "
+                f"{pooling_task!r} pooling task, which does not give it. "
+                "Start the server without --pooler-config.task (BgeM3EmbeddingModel "
+                f"then runs {DEFAULT_TASK!r}), or send data.{flag}=false",
+                f"data.{flag}",
+            )
+
+
+def check_limits(inputs: Sequence[str | list[int]], max_inputs: int, max_chars: int) -> None:
+    """At most ``max_inputs`` inputs and ``max_chars`` characters of text."""
+    if len(inputs) > max_inputs:
+        raise RequestError(
+            f"data.input has {len(inputs)} items; at most {max_inputs} are "
+            f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
+            "data.input",
+        )
+    chars = sum(len(item) for item in inputs if isinstance(item, str))
+    if chars > max_chars:
+        raise RequestError(
+            f"data.input holds {chars} characters of text; at most {max_chars} are "
+            f"allowed per request (split the request, or set {MAX_CHARS_ENV} on the "
+            "server to change it)",
+            "data.input",
+        )
+
+
+def prompts_for(
+    inputs: Sequence[str | list[int]], single: bool, vocab_size: int
+) -> list[TextPrompt | TokensPrompt]:
+    """vLLM's prompts: texts as text (vLLM tokenizes them, so that a request's
+    ``truncate_prompt_tokens`` keeps ``</s>`` as FlagEmbedding's ``max_length``
+    does), id lists as ids, each inside the vocabulary."""
+    prompts: list[TextPrompt | TokensPrompt] = []
+    for i, item in enumerate(inputs):
+        if isinstance(item, str):
+            prompts.append({"prompt": item})
+            continue
+        top = max(item)
+        if top >= vocab_size:
+            raise RequestError(
+                f"{item_field(i, single)} holds token id {top}, outside the "
+                f"vocabulary [0, {vocab_size})",
+                "data.input",
+            )
+        prompts.append({"prompt_token_ids": list(item)})
+    return prompts
+
+
+def check_lengths(token_counts: Sequence[int], single: bool, max_tokens: int) -> None:
+    """Each prompt, as vLLM tokenized it, fits the model's positions."""
+    for i, n in enumerate(token_counts):
+        if n > max_tokens:
+            raise RequestError(
+                f"{item_field(i, single)} has {n} tokens, special tokens "
+                f"included; this model takes at most {max_tokens}. Shorten it, "
+                f"or send truncate_prompt_tokens <= {max_tokens}",
+                "data.input",
+            )

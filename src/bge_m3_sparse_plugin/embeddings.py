@@ -1,0 +1,139 @@
+"""Pooled outputs to response items: sparse entries, dense vectors, ColBERT
+vectors, the whole request at once, in arrays. No vLLM: the processor passes
+each output's prompt token ids and pooled data."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import torch
+
+from .checks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
+from .formats import format_sparse
+from .schemas import SparseEmbedding, SparseEmbeddingItem, SparseEmbeddingRequest
+from .sparse import lexical_weights_flat, prune, split_pooled_outputs
+
+__all__ = ["Model", "embedding_items"]
+
+
+@dataclass(frozen=True)
+class Model:
+    """What post-processing needs to know of the model and its tokenizer."""
+
+    hidden_size: int
+    bos_token_id: int
+    eos_token_id: int
+    skip_ids: frozenset[int]  # dropped from lexical weights, as FlagEmbedding does
+    decode: Callable[[Sequence[int]], list[str]]  # token strings, as FlagEmbedding's
+
+
+def embedding_items(
+    token_lists: Sequence[Sequence[int]],
+    pooled: Sequence[Any],
+    request: SparseEmbeddingRequest,
+    pooling_task: str,
+    model: Model,
+) -> list[SparseEmbeddingItem]:
+    """One response item per output, holding what ``request`` asks for."""
+    n = len(pooled)
+    sparse: list[SparseEmbedding | None] = [None] * n
+    dense: list[list[float] | None] = [None] * n
+    colbert: list[list[list[float]] | None] = [None] * n
+    if pooling_task in GIVES_COLBERT:
+        # The task check let through only return_colbert_vecs here.
+        colbert = [_as_rows(data) for data in pooled]
+    else:
+        sparse, dense = _sparse_and_dense(token_lists, pooled, request, pooling_task, model)
+    return [
+        SparseEmbeddingItem.model_construct(
+            index=i,
+            object="sparse-embedding",
+            sparse_embedding=sparse[i],
+            dense_embedding=dense[i],
+            colbert_vecs=colbert[i],
+        )
+        for i in range(n)
+    ]
+
+
+def _sparse_and_dense(
+    token_lists: Sequence[Sequence[int]],
+    pooled: Sequence[Any],
+    request: SparseEmbeddingRequest,
+    pooling_task: str,
+    model: Model,
+) -> tuple[list[SparseEmbedding | None], list[list[float] | None]]:
+    """Each output's sparse entries and dense vector, as the request asks
+    (None where it does not)."""
+    n = len(pooled)
+    token_ids, token_lengths = _concatenated(token_lists)
+    value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=n)
+    values = _as_float32(pooled)
+    dense_size = model.hidden_size if pooling_task in GIVES_DENSE else 0
+    sparse: list[SparseEmbedding | None] = [None] * n
+    dense: list[list[float] | None] = [None] * n
+    if pooling_task in GIVES_SPARSE:
+        ids, weights, n_weights, dense_starts = split_pooled_outputs(
+            token_ids,
+            token_lengths,
+            values,
+            value_lengths,
+            dense_size,
+            model.bos_token_id,
+            model.eos_token_id,
+        )
+        if request.return_sparse:
+            sparse = _sparse_entries(ids, weights, n_weights, request, model)
+    else:  # only dense; the task check refused return_sparse
+        dense_starts = np.cumsum(value_lengths) - value_lengths
+    if request.return_dense:
+        dense = [values[start : start + dense_size].tolist() for start in dense_starts.tolist()]
+    return sparse, dense
+
+
+def _sparse_entries(
+    ids: np.ndarray,
+    weights: np.ndarray,
+    n_weights: np.ndarray,
+    request: SparseEmbeddingRequest,
+    model: Model,
+) -> list[SparseEmbedding | None]:
+    kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, model.skip_ids)
+    kept_ids, kept_w, bounds = prune(kept_ids, kept_w, bounds, request.top_k, request.min_weight)
+    id_list, w_list = kept_ids.tolist(), kept_w.tolist()
+    tokens = model.decode(id_list) if request.return_tokens else None
+    # Plain lists and dicts, built without per-entry validation: these are
+    # the plugin's own values, and a response can hold millions.
+    return [
+        format_sparse(
+            id_list[a:b], w_list[a:b], tokens[a:b] if tokens else None, request.sparse_format
+        )
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+    ]
+
+
+def _concatenated(token_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """All the prompts' token ids in one array, and each prompt's count."""
+    lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    ids = np.fromiter(chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
+    return ids, lengths
+
+
+def _as_rows(data: Any) -> list[list[float]]:
+    """One output's token vectors as float32 values in nested lists."""
+    if isinstance(data, torch.Tensor):
+        rows: list[list[float]] = data.to("cpu", torch.float32).tolist()
+    else:
+        rows = np.asarray(data, dtype=np.float32).tolist()
+    return rows
+
+
+def _as_float32(pooled: Sequence[Any]) -> np.ndarray:
+    """The outputs' data, concatenated, as one float32 array."""
+    if all(isinstance(p, torch.Tensor) for p in pooled):
+        return torch.cat([p.reshape(-1) for p in pooled]).to("cpu", torch.float32).numpy()
+    return np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in pooled])

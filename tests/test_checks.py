@@ -1,0 +1,105 @@
+"""The request-side checks and prompts (checks.py), without vLLM: each refusal
+names its field and says what to do; good requests become vLLM's prompts."""
+
+from __future__ import annotations
+
+import pytest
+
+from bge_m3_sparse_plugin.checks import (
+    RequestError,
+    Wants,
+    check_lengths,
+    check_limits,
+    check_task,
+    prompts_for,
+)
+
+
+def refusal(check, *args) -> tuple[str, str]:
+    with pytest.raises(RequestError) as info:
+        check(*args)
+    return info.value.field, info.value.message
+
+
+def test_prompts_keep_texts_as_text_and_ids_as_ids():
+    assert prompts_for(["a b", "c"], False, 10) == [{"prompt": "a b"}, {"prompt": "c"}]
+    assert prompts_for([[0, 9, 2]], True, 10) == [{"prompt_token_ids": [0, 9, 2]}]
+
+
+def test_ids_outside_the_vocabulary_are_refused_naming_the_item():
+    assert refusal(prompts_for, [[0, 10, 2]], True, 10) == (
+        "data.input",
+        "data.input holds token id 10, outside the vocabulary [0, 10)",
+    )
+    assert refusal(prompts_for, [[0, 1], [0, 3, 12]], False, 10) == (
+        "data.input",
+        "data.input[1] holds token id 12, outside the vocabulary [0, 10)",
+    )
+
+
+def test_limits_count_items_and_characters():
+    check_limits(["ab", "cd", [5, 6, 7]], 3, 4)  # ids count no characters
+    assert refusal(check_limits, ["a"] * 4, 3, 100) == (
+        "data.input",
+        "data.input has 4 items; at most 3 are allowed per request "
+        "(set BGE_M3_SPARSE_MAX_INPUTS on the server to change it)",
+    )
+    assert refusal(check_limits, ["abc", "de"], 3, 4) == (
+        "data.input",
+        "data.input holds 5 characters of text; at most 4 are allowed per request "
+        "(split the request, or set BGE_M3_SPARSE_MAX_CHARS on the server to change it)",
+    )
+
+
+def test_lengths_name_the_first_prompt_over_the_limit():
+    check_lengths([8, 8], False, 8)
+    field, message = refusal(check_lengths, [3, 9, 10], False, 8)
+    assert (field, message) == (
+        "data.input",
+        "data.input[1] has 9 tokens, special tokens included; this model takes at most 8. "
+        "Shorten it, or send truncate_prompt_tokens <= 8",
+    )
+    assert refusal(check_lengths, [9], True, 8)[1].startswith("data.input has 9 tokens")
+
+
+@pytest.mark.parametrize(
+    "wants,task,field,says",
+    [
+        (Wants(False, False, False), "embed&token_classify", "data.return_sparse", "all false"),
+        (
+            Wants(True, False, True),
+            "embed&token_classify",
+            "data.return_colbert_vecs",
+            "token_embed",
+        ),
+        (Wants(True, False, False), "embed", "data.return_sparse", "'embed' pooling task"),
+        (
+            Wants(False, True, False),
+            "token_classify",
+            "data.return_dense",
+            "send data.return_dense=false",
+        ),
+        (
+            Wants(True, False, False),
+            "token_embed",
+            "data.return_sparse",
+            "'token_embed' pooling task",
+        ),
+    ],
+)
+def test_the_servers_task_must_give_what_is_asked(wants, task, field, says):
+    got_field, message = refusal(check_task, wants, task)
+    assert got_field == field and says in message
+
+
+@pytest.mark.parametrize(
+    "wants,task",
+    [
+        (Wants(True, True, False), "embed&token_classify"),
+        (Wants(True, False, False), "token_classify"),
+        (Wants(False, True, False), "embed"),
+        (Wants(False, False, True), "token_embed"),
+    ],
+)
+def test_what_the_task_gives_is_let_through(wants, task):
+    check_task(wants, task)
