@@ -62,11 +62,18 @@ def print_settings(**extra: object) -> None:
     print(f"  vLLM/OMP env: {env or '{}'}")
 
 
-def interleaved(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
-    """Run each callable once per round, alternating, and return the wall times."""
+def interleaved(
+    runs: dict[str, Callable[[], object]],
+    rounds: int,
+    before: dict[str, Callable[[], object]] | None = None,
+) -> dict[str, list[float]]:
+    """Run each callable once per round, alternating, and return the wall times.
+    ``before[name]``, if given, runs just before ``runs[name]``, untimed."""
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
+            if before and name in before:
+                before[name]()
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)

@@ -5,14 +5,18 @@
 
 One engine on the small model. Interleaved rounds of
 - plugin: llm.encode({"data": {"input": docs, "return_tokens": True}}, pooling_task="plugin")
+- plugin, heap frozen: the same after vLLM's freeze_gc_heap() (what its engine core
+          does in its own process; an experiment, which the plugin does not ship)
 - raw:    llm.encode(docs, pooling_task="embed&token_classify")
-prints the throughput ratio plugin/raw (goal >= 0.98) and how much of the
-plugin's time its post-processing takes (goal < 1 %).
+prints the throughput ratios plugin/raw (goal >= 0.98), the time each path spent
+in garbage-collector pauses (gc.callbacks: steadier on a shared machine than
+wall time), and how much of the plugin's time its post-processing takes (goal < 1 %).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from pathlib import Path
@@ -27,6 +31,27 @@ from _common import (
     print_settings,
     use_cpu_engine_env,
 )
+
+
+class GcPauses:
+    """Seconds spent in garbage collections, and their count, per label."""
+
+    def __init__(self) -> None:
+        self.label: str | None = None
+        self.seconds: dict[str, float] = {}
+        self.count: dict[str, int] = {}
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if self.label is None:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            pause = time.perf_counter() - self._started
+            self.seconds[self.label] = self.seconds.get(self.label, 0.0) + pause
+            self.count[self.label] = self.count.get(self.label, 0) + 1
 
 
 def main() -> None:
@@ -74,6 +99,8 @@ def main() -> None:
         data["return_tokens"] = True
     request = {"data": data}
 
+    from vllm.utils.gc_utils import freeze_gc_heap
+
     def plugin():
         return llm.encode(request, pooling_task="plugin", use_tqdm=False)
 
@@ -81,8 +108,26 @@ def main() -> None:
         return llm.encode(docs, pooling_task="embed&token_classify", use_tqdm=False)
 
     plugin(), raw()  # warm-up: caches, token strings
-    times = interleaved({"plugin": plugin, "raw": raw}, args.rounds)
-    t_plugin, t_raw = median(times["plugin"]), median(times["raw"])
+    runs = {"plugin": plugin, "plugin, heap frozen": plugin, "raw": raw}
+    # Untimed: the heap as vLLM leaves the offline process, or frozen.
+    pauses = GcPauses()
+
+    def counted(name, state):
+        def prepare():
+            pauses.label = None
+            state()
+            pauses.label = name
+
+        return prepare
+
+    before = {
+        "plugin": counted("plugin", gc.unfreeze),
+        "plugin, heap frozen": counted("plugin, heap frozen", freeze_gc_heap),
+        "raw": counted("raw", gc.unfreeze),
+    }
+    times = interleaved(runs, args.rounds, before)
+    pauses.label = None
+    t_plugin, t_frozen, t_raw = (median(times[name]) for name in runs)
 
     # The post-processing alone, on the raw path's outputs.
     processor = llm.pooling_io_processors["plugin"].io_processor
@@ -95,9 +140,15 @@ def main() -> None:
         post.append(time.perf_counter() - start)
     t_post = median(post)
 
-    print(f"plugin: median {t_plugin:.3f} s  ({args.docs / t_plugin:.0f} docs/s)")
-    print(f"raw:    median {t_raw:.3f} s  ({args.docs / t_raw:.0f} docs/s)")
+    for name, t in zip(runs, (t_plugin, t_frozen, t_raw)):
+        print(f"{name + ':':<23} median {t:.3f} s  ({args.docs / t:.0f} docs/s)")
     print(f"throughput ratio plugin/raw: {t_raw / t_plugin:.3f} (goal >= 0.98)")
+    print(f"  with the heap frozen:      {t_raw / t_frozen:.3f}")
+    for name in runs:
+        print(
+            f"gc pauses, {name + ':':<23} {1e3 * pauses.seconds.get(name, 0) / args.rounds:6.1f} ms "
+            f"per call ({pauses.count.get(name, 0) / args.rounds:.0f} collections)"
+        )
     print(
         f"post-processing: median {t_post * 1e3:.1f} ms = {100 * t_post / t_plugin:.2f} % "
         f"of the plugin path (goal < 1 %)"

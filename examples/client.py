@@ -17,6 +17,7 @@ from bge_m3_sparse_plugin.client import (
     lexical_matching_score,
 )
 
+QUERY = "I love a large country"
 DOCS = ["I love China", "hi, bge-m3", "China is a large country"]
 
 
@@ -25,9 +26,11 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     args = parser.parse_args()
 
-    with SparseEmbeddingClient(args.url, timeout=30) as client:
-        query = client.embed("I love a large country", return_tokens=True, top_k=3).data[0]
-        print("query, top 3 tokens:", query.sparse_embedding)
+    # Connection failures and 503s are tried again 3 times, 0.5 s, 1 s and 2 s apart.
+    with SparseEmbeddingClient(args.url, timeout=30, retries=3) as client:
+        result = client.embed(QUERY, return_tokens=True, top_k=3, request_id="q-1")
+        query = result.data[0]
+        print(f"{result.request_id}, top 3 tokens:", query.sparse_embedding)
         docs = client.embed(DOCS, sparse_format="indices_values").data
         for text, doc in zip(DOCS, docs):
             print(

@@ -10,7 +10,6 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEFAULT_MAX_INPUTS",
     "DEFAULT_MAX_PENDING",
-    "FREEZE_GC_ENV",
     "MAX_CHARS_ENV",
     "MAX_INPUTS_ENV",
     "MAX_PENDING_ENV",
@@ -25,9 +24,6 @@ DEFAULT_MAX_INPUTS = 1024
 # can refuse before it is paid: benchmarks/RESULTS.md ("Limits") has the figures.
 DEFAULT_MAX_CHARS = 8_000_000
 DEFAULT_MAX_PENDING = 65536
-# "0" leaves the process's garbage collector as it was; by default the plugin
-# freezes the heap once, when vLLM builds it (processor.py).
-FREEZE_GC_ENV = "BGE_M3_SPARSE_FREEZE_GC"
 
 
 def env_int(name: str, default: int) -> int:

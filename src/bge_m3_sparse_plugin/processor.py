@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from vllm.outputs import PoolingRequestOutput
 from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
-from vllm.utils.gc_utils import freeze_gc_heap
 
 from .checks import (
     DEFAULT_TASK,
@@ -35,7 +33,7 @@ from .checks import (
 )
 from .embeddings import Model, embedding_items
 from .guard import guard_pooling_route
-from .limits import FREEZE_GC_ENV, MAX_PENDING_ENV, Limits
+from .limits import MAX_PENDING_ENV, Limits
 from .metrics import set_pending
 from .pending import PendingRequests
 from .schemas import (
@@ -123,12 +121,6 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         self.pending: PendingRequests[_Options] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
-        if os.environ.get(FREEZE_GC_ENV, "1") != "0":
-            # As vLLM's engine core does after its start-up: what is alive now
-            # (torch, transformers, vLLM, the tokenizer) leaves the garbage
-            # collector's scans, which the many dicts of a response would
-            # otherwise trigger over all of it (benchmarks/RESULTS.md, section 1).
-            freeze_gc_heap()
 
     def parse_data(self, data: object) -> SparseEmbeddingRequest:
         if isinstance(data, SparseEmbeddingRequest):
