@@ -253,8 +253,6 @@ def run_job_on_ray(
     stage); ``progress(rows, tokens)`` is called for each shard skipped, then
     ``on_start()`` when the first rows come back, then ``progress`` for each
     shard written."""
-    import ray
-    import ray.data
 
     manifest = open_output(output, job)
     summary = Summary()
@@ -269,42 +267,7 @@ def run_job_on_ray(
     writer = ShardWriter(output, manifest, summary, dense_size, progress)
     if len(done) < n_shards:
         _start_ray(ray_settings)
-        nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-        replicas, resources = replica_plan(nodes, ray_settings)
-        cores = int(resources["num_cpus"]) if "num_gpus" not in resources else None
-        context = ray.data.DataContext.get_current()
-        context.execution_options.preserve_order = True
-        offsets = [sum(counts[:i]) for i in range(len(files))]
-        items = [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
-        dataset = (
-            ray.data.from_items(items, override_num_blocks=max(1, len(items)))
-            .map_batches(
-                # Read where the command runs, which sees the input paths;
-                # the rows then travel to the replicas, wherever they are.
-                # (Ray's own local:// reads pin themselves so, by this label.)
-                cast(Any, read_file),  # a function of one batch, given fn_kwargs
-                batch_size=1,
-                batch_format="pyarrow",
-                num_cpus=0,
-                label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
-                fn_kwargs={
-                    "id_column": job.id_column,
-                    "text_column": job.text_column,
-                    "rows_per_shard": job.rows_per_shard,
-                    "done": done,
-                    "batch_rows": batch_size,
-                },
-            )
-            .map_batches(
-                Replica,
-                batch_size=batch_size,
-                batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=replicas),
-                fn_constructor_args=(job.model, job.options, settings, cores),
-                runtime_env=cpu_runtime_env(cores) if cores else None,
-                **cast(dict[str, Any], resources),  # num_gpus or num_cpus
-            )
-        )
+        dataset = _dataset(job, files, counts, done, settings, ray_settings, batch_size)
         if open_sink is not None:
             writer.sink = open_sink(dense_size)
         ready: list[float] = []
@@ -329,3 +292,55 @@ def run_job_on_ray(
     writer.finish()
     summary.seconds = time.perf_counter() - started - summary.engine_seconds
     return summary
+
+
+def _dataset(
+    job: Job,
+    files: list[Path],
+    counts: list[int],
+    done: frozenset[int],
+    settings: EngineSettings,
+    ray_settings: RaySettings,
+    batch_size: int,
+) -> Any:
+    """The job's rows, read on the command's node, then encoded by the
+    replicas: a Ray Dataset of result batches, in input order."""
+    import ray
+    import ray.data
+
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    replicas, resources = replica_plan(nodes, ray_settings)
+    cores = int(resources["num_cpus"]) if "num_gpus" not in resources else None
+    context = ray.data.DataContext.get_current()
+    context.execution_options.preserve_order = True
+    offsets = [sum(counts[:i]) for i in range(len(files))]
+    items = [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
+    return (
+        ray.data.from_items(items, override_num_blocks=max(1, len(items)))
+        .map_batches(
+            # Read where the command runs, which sees the input paths;
+            # the rows then travel to the replicas, wherever they are.
+            # (Ray's own local:// reads pin themselves so, by this label.)
+            cast(Any, read_file),  # a function of one batch, given fn_kwargs
+            batch_size=1,
+            batch_format="pyarrow",
+            num_cpus=0,
+            label_selector={"ray.io/node-id": ray.get_runtime_context().get_node_id()},
+            fn_kwargs={
+                "id_column": job.id_column,
+                "text_column": job.text_column,
+                "rows_per_shard": job.rows_per_shard,
+                "done": done,
+                "batch_rows": batch_size,
+            },
+        )
+        .map_batches(
+            Replica,
+            batch_size=batch_size,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=replicas),
+            fn_constructor_args=(job.model, job.options, settings, cores),
+            runtime_env=cpu_runtime_env(cores) if cores else None,
+            **cast(dict[str, Any], resources),  # num_gpus or num_cpus
+        )
+    )

@@ -6,7 +6,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: the command starts before vLLM is imported
+    from .engine import EngineSettings
+    from .job import Job, Summary
 
 __all__ = ["add_arguments", "run"]
 
@@ -218,10 +222,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # vLLM logs its start-up (and CPU-build warnings) to stdout, around the
         # summary; --verbose shows them.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from .. import __version__, installed_vllm_version
-    from .engine import EncodeOptions, Encoder, EngineSettings
-    from .job import Job, run_job
-    from .output import ERRORS, OutputMismatch
+    from .engine import Encoder
+    from .job import run_job
+    from .output import OutputMismatch
     from .reader import count_rows, resolve_inputs
     from .sinks import open_sink, parse_sink
 
@@ -237,6 +240,46 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             sink = parse_sink(args.sink, args.collection)
         except ValueError as exc:
             parser.error(str(exc))
+    job, settings = _job(args, files, sink.describe() if sink else None)
+    model, options = job.model, job.options
+    open_the_sink = (lambda dense_size: open_sink(sink, dense_size)) if sink else None
+    try:
+        if args.ray or args.ray_address:
+            summary = _run_on_ray(args, job, files, output, settings, open_the_sink)
+        else:
+            progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
+            try:
+                summary = run_job(
+                    job,
+                    files,
+                    output,
+                    lambda: Encoder(model, options, settings),
+                    args.batch_size,
+                    progress.advance,
+                    progress.start,
+                    open_the_sink,
+                )
+            finally:
+                progress.close()
+    except OutputMismatch as exc:
+        print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
+        return 2
+    _print_summary(summary, output)
+    if sink is not None:
+        print(f"loaded into {sink.describe()}")
+    if summary.totals["errors"] and not args.allow_errors:
+        return 1
+    return 0
+
+
+def _job(
+    args: argparse.Namespace, files: list[Path], sink: str | None
+) -> tuple[Job, EngineSettings]:
+    """The job the arguments describe (what the manifest records), and the engine's settings."""
+    from .. import __version__, installed_vllm_version
+    from .engine import EncodeOptions, EngineSettings
+    from .job import Job
+
     options = EncodeOptions(
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense
     )
@@ -260,30 +303,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         max_model_len=args.max_model_len,
         plugin_version=__version__,
         vllm_version=installed_vllm_version(),
-        sink=sink.describe() if sink else None,
+        sink=sink,
     )
-    open_the_sink = (lambda dense_size: open_sink(sink, dense_size)) if sink else None
-    try:
-        if args.ray or args.ray_address:
-            summary = _run_on_ray(args, job, files, output, settings, open_the_sink)
-        else:
-            progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
-            try:
-                summary = run_job(
-                    job,
-                    files,
-                    output,
-                    lambda: Encoder(model, options, settings),
-                    args.batch_size,
-                    progress.advance,
-                    progress.start,
-                    open_the_sink,
-                )
-            finally:
-                progress.close()
-    except OutputMismatch as exc:
-        print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
-        return 2
+    return job, settings
+
+
+def _print_summary(summary: Summary, output: Path) -> None:
+    from .output import ERRORS
+
     rate = summary.documents / summary.seconds if summary.seconds else 0.0
     totals = summary.totals
     engine = f" (engine start {summary.engine_seconds:.1f} s)" if summary.engine_seconds else ""
@@ -299,8 +326,3 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         f"shards; {totals['errors']:,} bad rows"
         + (f", listed in {output / ERRORS}" if totals["errors"] else "")
     )
-    if sink is not None:
-        print(f"loaded into {sink.describe()}")
-    if totals["errors"] and not args.allow_errors:
-        return 1
-    return 0
