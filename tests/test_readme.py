@@ -168,12 +168,17 @@ def assert_same_output(got: str, want: str, where: str) -> None:
         assert math.isclose(g, w, rel_tol=1e-5, abs_tol=1e-6), f"{where}: {g} != {w}\n{got}"
 
 
+def stdout_of(command: list[str], **kw: object) -> str:
+    """What ``command``, run in the checkout, prints; it must succeed."""
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=ROOT, **kw)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
 def run_bash(code: str, ports: dict[int, int]) -> str:
     for readme_port, port in ports.items():
         code = code.replace(f"127.0.0.1:{readme_port}", f"127.0.0.1:{port}")
-    out = subprocess.run(["bash", "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return out.stdout
+    return stdout_of(["bash", "-c", code])
 
 
 def _ran(kind: str) -> list[Block]:
@@ -204,15 +209,8 @@ def test_curl_blocks_print_what_the_readme_shows(block, server):
 @pytest.mark.engine
 @pytest.mark.parametrize("block", _ran("example"), ids=_id)
 def test_quoted_examples_print_what_the_readme_shows(block, server):
-    out = subprocess.run(
-        [sys.executable, quoted_example(block), "--url", server.url],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert_same_output(out.stdout, block.output, quoted_example(block))
+    got = stdout_of([sys.executable, quoted_example(block), "--url", server.url])
+    assert_same_output(got, block.output, quoted_example(block))
 
 
 @pytest.mark.engine
@@ -229,11 +227,7 @@ def test_api_key_blocks_print_what_the_readme_shows(block, keyed_server):
         got = run_bash(block.code, {8000: keyed_server.port})
     else:
         code = block.code.replace("127.0.0.1:8000", f"127.0.0.1:{keyed_server.port}")
-        out = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-        )
-        assert out.returncode == 0, out.stderr
-        got = out.stdout
+        got = stdout_of([sys.executable, "-c", code])
     assert_same_output(got, block.output, f"README.md line {block.line}")
 
 
@@ -242,11 +236,8 @@ def test_api_key_blocks_print_what_the_readme_shows(block, keyed_server):
 def test_the_offline_example_prints_what_the_readme_shows(block, model_dir):
     code = block.code.replace("models/bge-m3-tiny", str(model_dir))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    out = subprocess.run(
-        ["bash", "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert_same_output(out.stdout, block.output, f"README.md line {block.line}")
+    got = stdout_of(["bash", "-c", code], env=env)
+    assert_same_output(got, block.output, f"README.md line {block.line}")
 
 
 @pytest.mark.engine
@@ -254,12 +245,5 @@ def test_the_seed_request_prints_what_the_readme_shows(server):
     """The first output in README.md, from examples/online_curl.sh."""
     shown = re.search(r"examples/online_curl\.sh`.*?\n```json\n(.*?)```", README, re.S)
     assert shown, "README.md shows no output of examples/online_curl.sh"
-    out = subprocess.run(
-        ["bash", "examples/online_curl.sh", server.url, SERVED_MODEL_NAME],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr
-    assert_same_output(out.stdout, shown[1], "examples/online_curl.sh")
+    got = stdout_of(["bash", "examples/online_curl.sh", server.url, SERVED_MODEL_NAME])
+    assert_same_output(got, shown[1], "examples/online_curl.sh")
