@@ -1,21 +1,25 @@
 """The vLLM IO processor: the glue between vLLM and the plugin's pure parts.
 
 parse (schemas.py) -> checks and prompts (checks.py) -> vLLM -> response items
-(embeddings.py). Per-request options wait in between, keyed by request id
-(pending.py)."""
+(embeddings.py). Per-request options wait in between: online in a map of the
+requests in flight, keyed by request id (pending.py, which says why); offline,
+where ``LLM.encode`` calls both steps in the caller's thread, in a context
+variable."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any, cast
 
 from pydantic import ValidationError
 from vllm.config import VllmConfig
-from vllm.exceptions import VLLMValidationError
+from vllm.exceptions import GracefulHTTPError, VLLMValidationError
 from vllm.inputs import PromptType
 from vllm.outputs import PoolingRequestOutput
 from vllm.plugins.io_processors.interface import IOProcessor
@@ -32,10 +36,10 @@ from .checks import (
     prompts_for,
 )
 from .embeddings import Model, embedding_items
-from .guard import guard_pooling_route
+from .guard import guard_model_routes
 from .limits import MAX_PENDING_ENV, Limits
 from .metrics import set_pending
-from .pending import PendingRequests
+from .pending import IdInUse, PendingRequests, TooManyPending
 from .schemas import (
     SparseEmbeddingRequest,
     SparseEmbeddingResponse,
@@ -71,25 +75,36 @@ def max_tokens(model_config: Any) -> int:
 
 @dataclass(frozen=True)
 class _Options:
-    # The request as parsed, its input dropped: a request that never finishes
-    # leaves this behind until evicted, and the texts can be large.
+    # The request as parsed, its input dropped: the texts can be large, and
+    # only the options are needed after pre_process.
     request: SparseEmbeddingRequest
     single: bool  # the input was one text or one id list: errors say data.input
+
+
+# Offline, LLM.encode runs pre_process and post_process in the caller's
+# thread, one call after the other: a context variable carries the options
+# (each thread has its own), and a call that failed in between is simply
+# overwritten by the next one.
+_offline_options: contextvars.ContextVar[_Options | None] = contextvars.ContextVar(
+    "bge_m3_sparse_offline_options", default=None
+)
 
 
 class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingResponse]):
     """Serves BGE-M3's lexical weights (and optionally its dense vector).
 
-    Per-request options travel from ``pre_process`` to ``post_process`` in a
-    map keyed by request id; the offline ``LLM.encode`` path passes no id, so
-    it uses the ``None`` key, which each new call overwrites.
+    Per-request options travel from ``pre_process`` to ``post_process``: online
+    in a map of the requests in flight keyed by request id, which refuses a
+    second request in flight with the same id (409); offline, where vLLM
+    passes no id, in a context variable.
     """
 
     def __init__(self, vllm_config: VllmConfig, renderer: BaseRenderer) -> None:
         super().__init__(vllm_config, renderer)
         # Each API-server process builds its own processor before it serves:
-        # from here on, --api-key guards /pooling too (guard.py says why here).
-        guard_pooling_route()
+        # from here on, --api-key guards /pooling, /invocations and every other
+        # route that runs the model (guard.py says why here).
+        guard_model_routes()
         model_config = vllm_config.model_config
         hf_config = model_config.hf_config
         tokenizer = renderer.get_tokenizer()
@@ -157,9 +172,39 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
             check_limits(inputs, self.limits.max_inputs, self.limits.max_chars)
             prompts = prompts_for(inputs, single, self.vocab_size)
         options = _Options(request=prompt.model_copy(update={"input": ""}), single=single)
-        self.pending.put(request_id, options)
-        _when_request_ends(lambda: self.pending.discard(request_id, options))
+        if request_id is None:  # offline: LLM.encode
+            _offline_options.set(options)
+        else:
+            self._hold(request_id, options)
         return cast(list[PromptType], prompts)
+
+    def _hold(self, request_id: str, options: _Options) -> None:
+        """Keep ``options`` for ``post_process`` until the request ends."""
+        try:
+            self.pending.claim(request_id, options)
+        except IdInUse:
+            raise GracefulHTTPError(
+                f"X-Request-Id {_header_value(request_id)!r} is in use by another request in "
+                "flight on this server; send each concurrent request with its own X-Request-Id "
+                "(or none, and vLLM makes one)",
+                HTTPStatus.CONFLICT,
+            ) from None
+        except TooManyPending as exc:
+            raise GracefulHTTPError(
+                f"bge_m3_sparse_plugin holds {exc.max_size} requests in flight on this server "
+                f"process, its limit ({MAX_PENDING_ENV}); retry later",
+                HTTPStatus.SERVICE_UNAVAILABLE,
+            ) from None
+        # vLLM calls pre_process inside the request's own asyncio task and
+        # tells the plugin nothing when a request fails after it, so the
+        # task's end (answered, failed inside vLLM, or abandoned by its
+        # client) is the one sure sign that the id is free again.
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no running event loop: the entry waits for post_process
+            task = None
+        if task is not None:
+            task.add_done_callback(lambda _: self.pending.discard(request_id, options))
 
     def post_process(
         self,
@@ -167,13 +212,13 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         request_id: str | None = None,
         **kwargs: Any,
     ) -> SparseEmbeddingResponse:
-        options = self.pending.pop(request_id)
-        if options is None:
-            raise RuntimeError(
-                f"bge_m3_sparse_plugin has no options for request {request_id!r}: "
-                f"it was evicted after more than {self.pending.max_size} pending "
-                f"requests (raise {MAX_PENDING_ENV})"
-            )
+        if request_id is None:  # offline: LLM.encode
+            options = _offline_options.get()
+            _offline_options.set(None)
+        else:
+            options = self.pending.pop(request_id)
+        if options is None:  # vLLM called post_process without pre_process
+            raise RuntimeError(f"bge_m3_sparse_plugin has no options for request {request_id!r}")
         token_lists = [out.prompt_token_ids or [] for out in model_output]
         with _as_400():
             check_lengths([len(ids) for ids in token_lists], options.single, self.max_tokens)
@@ -195,18 +240,6 @@ def _as_400() -> Iterator[None]:
         raise VLLMValidationError(exc.message, parameter=exc.field) from None
 
 
-def _when_request_ends(callback: Callable[[], object]) -> None:
-    """Call ``callback`` when the server's task for this request ends, however
-    it ends: answered, failed inside vLLM, or abandoned by its client.
-
-    vLLM calls pre_process inside the request's own asyncio task and tells
-    the plugin nothing when a request fails after it, so the task's end is
-    the one sure sign. Offline there is no task: the next call replaces the
-    entry instead.
-    """
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:  # no running event loop: LLM.encode
-        return
-    if task is not None:
-        task.add_done_callback(lambda _: callback())
+def _header_value(request_id: str) -> str:
+    """The X-Request-Id a client sent, from vLLM's ``pooling-<X-Request-Id>``."""
+    return request_id.removeprefix("pooling-")
