@@ -75,6 +75,7 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     srv.stop()
 
 
+API_KEY = "s3cret"
 SMALL_MAX_INPUTS = 5
 SMALL_MAX_PENDING = 4
 
@@ -100,12 +101,13 @@ def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFact
 @pytest.fixture(scope="session")
 def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """A server of the 'embed' pooling task (the plugin loaded too): the one
-    configuration in which vLLM 0.32 serves /v1/embeddings for bge-m3."""
+    configuration in which vLLM 0.32 serves /v1/embeddings, /score and
+    /rerank for bge-m3. With --api-key, so that those routes are seen guarded."""
     srv = _start_server(
         model_dir,
         tmp_path_factory.mktemp("logs"),
         "embed-server",
-        ["--pooler-config", '{"task": "embed"}'],
+        ["--pooler-config", '{"task": "embed"}', "--api-key", API_KEY],
     )
     yield srv
     srv.stop()
@@ -135,9 +137,6 @@ def colbert_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     )
     yield srv
     srv.stop()
-
-
-API_KEY = "s3cret"
 
 
 @pytest.fixture(scope="session")

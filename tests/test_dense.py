@@ -10,6 +10,7 @@ import pytest
 from bge_m3_sparse_plugin.client import SparseEmbeddingClient, SparseEmbeddingError
 
 from ._server import SERVED_MODEL_NAME
+from .conftest import API_KEY
 
 pytestmark = pytest.mark.engine
 
@@ -37,6 +38,7 @@ def test_a_second_server_of_the_embed_task_gives_the_plugins_dense_vectors(serve
     resp = httpx.post(
         embed_server.url + "/v1/embeddings",
         json={"model": SERVED_MODEL_NAME, "input": TEXTS},
+        headers={"Authorization": f"Bearer {API_KEY}"},
         timeout=60,
     )
     assert resp.status_code == 200, resp.text
@@ -49,7 +51,7 @@ def test_a_second_server_of_the_embed_task_gives_the_plugins_dense_vectors(serve
 
 
 def test_the_embed_task_server_refuses_sparse_but_gives_dense_on_pooling(embed_server, server):
-    with SparseEmbeddingClient(embed_server.url) as client:
+    with SparseEmbeddingClient(embed_server.url, api_key=API_KEY) as client:
         with pytest.raises(SparseEmbeddingError) as info:
             client.embed(TEXTS[0])
         dense = client.embed_dense(TEXTS)

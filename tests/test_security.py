@@ -1,5 +1,7 @@
-"""--api-key guards /pooling: real servers started with a key (flag, and
-VLLM_API_KEY), one with two API-server processes, and one without a key."""
+"""--api-key guards every route that runs the model, /pooling and /invocations
+included: real servers started with a key (flag, and VLLM_API_KEY), one with
+two API-server processes, one of the 'embed' task (with /score and /rerank),
+and one without a key."""
 
 from __future__ import annotations
 
@@ -85,9 +87,45 @@ def test_health_and_metrics_stay_as_vllm_makes_them(guarded):
     assert httpx.get(guarded.url + "/v1/models", headers=RIGHT, timeout=30).status_code == 200
 
 
-def test_each_api_server_process_guards_pooling(keyed_server):
+# vLLM's routes that run no model, which it leaves open (issue 19's list).
+OPEN = {"/health", "/ping", "/metrics", "/version", "/load", "/tokenize", "/detokenize"}
+
+
+def routes(server) -> list[tuple[str, str]]:
+    """Every (method, path) that the server's /openapi.json lists."""
+    paths = httpx.get(server.url + "/openapi.json", timeout=30).json()["paths"]
+    return [(method.upper(), path) for path, methods in paths.items() for method in methods]
+
+
+@pytest.mark.parametrize("config", ["keyed_server", "env_keyed_server", "embed_server"])
+def test_every_route_but_the_open_ones_needs_the_key(request, config):
+    srv = request.getfixturevalue(config)
+    listed = routes(srv)
+    model_routes = {"/pooling", "/invocations", "/v1/embeddings"}
+    if config == "embed_server":
+        model_routes |= {"/score", "/rerank", "/v1/score", "/v1/rerank", "/v2/rerank"}
+    assert model_routes <= {path for _, path in listed}
+
+    def refused(method: str, path: str, headers: dict[str, str]) -> bool:
+        resp = httpx.request(method, srv.url + path, json={}, headers=headers, timeout=60)
+        return resp.status_code == 401
+
+    got = {
+        (method, path): (
+            refused(method, path, {}),
+            refused(method, path, {"Authorization": "Bearer wrong"}),
+            refused(method, path, RIGHT),
+        )
+        for method, path in listed
+    }
+    want = {(method, path): (path not in OPEN, path not in OPEN, False) for method, path in listed}
+    assert got == want
+
+
+def test_each_api_server_process_guards_the_model_routes(keyed_server):
     log = keyed_server.log_text()
-    guarded_by = set(re.findall(r"\((ApiServer_\d+) pid=\d+\).*now guards /pooling too", log))
+    says = r"now guards every route that runs the model"
+    guarded_by = set(re.findall(r"\((ApiServer_\d+) pid=\d+\).*" + says, log))
     assert guarded_by == {"ApiServer_0", "ApiServer_1"}
 
 
