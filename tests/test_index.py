@@ -155,3 +155,59 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
     assert errors == sorted(
         e["id"] for e in map(json.loads, (first_out / "_errors.jsonl").read_text().splitlines())
     )
+
+
+def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, tmp_path):
+    """A sink that cannot be reached fails the run after the engine started:
+    the engine's processes must be gone when run_job returns (by raising), not
+    left to the interpreter's teardown, where vLLM's shutdown could abort."""
+    import psutil
+
+    from bge_m3_sparse_plugin.index.engine import EncodeOptions, Encoder, EngineSettings
+    from bge_m3_sparse_plugin.index.job import Job, run_job
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(5))
+    )
+    job = Job(
+        str(model_dir),
+        [str(rows)],
+        [1],
+        "id",
+        "text",
+        10,
+        EncodeOptions(),
+        "float32",
+        None,
+        "0",
+        None,
+    )
+    made: list[Encoder] = []
+
+    def make_encoder() -> Encoder:
+        made.append(Encoder(str(model_dir), EncodeOptions(), EngineSettings(dtype="float32")))
+        return made[-1]
+
+    def unreachable_sink(dense_size):
+        raise ConnectionRefusedError("[Errno 111] Connection refused: the sink's server is down")
+
+    def engine_processes() -> set[int]:
+        """This process's children that vLLM names (VLLM::EngineCore, VLLM::Worker), alive."""
+        found = set()
+        for child in psutil.Process().children(recursive=True):
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE and " ".join(
+                    [child.name(), *child.cmdline()]
+                ).startswith("VLLM::"):
+                    found.add(child.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    before = engine_processes()  # the session's offline engine may be running
+    with pytest.raises(ConnectionRefusedError):
+        run_job(job, [rows], tmp_path / "out", make_encoder, 16, open_sink=unreachable_sink)
+    assert len(made) == 1  # the engine had started
+    assert engine_processes() - before == set()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []  # no shard, no record

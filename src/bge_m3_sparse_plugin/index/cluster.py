@@ -62,15 +62,14 @@ def replica_plan(
     return max(1, replicas), {"num_cpus": cores}
 
 
-def cpu_runtime_env(cores: int) -> dict[str, Any]:
-    """vLLM's CPU binding for a replica: all its cores compute, none is kept
-    back for a front end (which halved throughput here)."""
+def replica_cpu_env(slot: int, cores: int) -> dict[str, str]:
+    """vLLM's CPU binding for the replica holding core slot ``slot`` of its
+    node: its own ``cores`` cores, all computing, none kept back for a front
+    end (which halved throughput here)."""
     return {
-        "env_vars": {
-            "VLLM_CPU_OMP_THREADS_BIND": f"0-{cores - 1}",
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-            "OMP_NUM_THREADS": str(cores),
-        }
+        "VLLM_CPU_OMP_THREADS_BIND": f"{slot * cores}-{(slot + 1) * cores - 1}",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": str(cores),
     }
 
 
@@ -103,7 +102,8 @@ class Replica:
         self._slot_holder = None
         if cores is not None and not on_gpu():
             slot, self._slot_holder = _claim_core_slot(cores)
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = f"{slot * cores}-{(slot + 1) * cores - 1}"
+            # Before vLLM starts: its engine process inherits them.
+            os.environ.update(replica_cpu_env(slot, cores))
         from .engine import Encoder
         from .job import encode_rows
 
@@ -311,11 +311,9 @@ def _dataset(
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     replicas, resources = replica_plan(nodes, ray_settings)
     cores = int(resources["num_cpus"]) if "num_gpus" not in resources else None
-    context = ray.data.DataContext.get_current()
-    context.execution_options.preserve_order = True
     offsets = [sum(counts[:i]) for i in range(len(files))]
     items = [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
-    return (
+    dataset = (
         ray.data.from_items(items, override_num_blocks=max(1, len(items)))
         .map_batches(
             # Read where the command runs, which sees the input paths;
@@ -340,7 +338,10 @@ def _dataset(
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=replicas),
             fn_constructor_args=(job.model, job.options, settings, cores),
-            runtime_env=cpu_runtime_env(cores) if cores else None,
             **cast(dict[str, Any], resources),  # num_gpus or num_cpus
         )
     )
+    # Rows back in input order, for this dataset only: its context is its
+    # own copy, and the caller's other datasets keep Ray's process-wide one.
+    dataset.context.execution_options.preserve_order = True
+    return dataset

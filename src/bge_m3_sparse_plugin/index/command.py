@@ -172,13 +172,16 @@ def _run_on_ray(
     settings: Any,
     open_the_sink: Any,
 ) -> Any:
+    from .._missing import is_missing
+
     try:
         import ray.data  # noqa: F401
-    except ImportError:
-        print(
-            "bge-m3-sparse index: --ray needs Ray Data: pip install 'bge-m3-sparse-plugin[ray]'",
-            file=sys.stderr,
-        )
+    except ImportError as exc:
+        if is_missing(exc, "ray.data", "pyarrow"):  # what the [ray] extra brings
+            says = f"--ray needs Ray Data ({exc}): pip install 'bge-m3-sparse-plugin[ray]'"
+        else:
+            says = f"--ray: Ray Data is installed but fails to import: {type(exc).__name__}: {exc}"
+        print(f"bge-m3-sparse index: {says}", file=sys.stderr)
         raise SystemExit(2) from None
     from .cluster import RaySettings, run_job_on_ray
     from .reader import count_rows

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .. import HF_OVERRIDES
+from .._missing import is_missing
 
 __all__ = ["EncodeOptions", "Encoded", "Encoder", "EngineSettings", "cpu_engine_env"]
 
@@ -49,10 +50,11 @@ class Encoded:
 def on_gpu() -> bool:
     try:
         import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:
-        return False
+    except ImportError as exc:
+        if is_missing(exc, "torch"):
+            return False  # vLLM then says what it needs
+        raise  # installed and broken: its own error, not a silent CPU run
+    return bool(torch.cuda.is_available())
 
 
 def cpu_engine_env(cores: int | None = None) -> dict[str, str]:

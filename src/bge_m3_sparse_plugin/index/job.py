@@ -247,35 +247,38 @@ def run_job(
     encoder: EncoderLike | None = None
     writer: ShardWriter | None = None
     rows = read_rows(files, job.id_column, job.text_column)
-    for index, chunk in shards_of(rows, job.rows_per_shard):
-        name = shard_name(index)
-        if name in manifest.shards:
-            summary.shards_skipped += 1
-            if progress:
-                progress(len(chunk), 0)
-            continue
-        if encoder is None:
-            # Only when there is work: a finished job starts no engine.
-            engine_started = time.perf_counter()
-            encoder = make_encoder()
-            engine_seconds = time.perf_counter() - engine_started
-            if on_engine_ready:
-                on_engine_ready()
-            dense_size = encoder.hidden_size if job.options.dense else None
-            writer = ShardWriter(output, manifest, summary, dense_size, progress)
-            if open_sink is not None:
-                writer.sink = open_sink(dense_size)
-        assert writer is not None
-        shard, errors = encode_shard(encoder, chunk, name, batch_size, job.options.dense)
-        writer.write(name, len(chunk), shard, errors)
-    if writer is None:
-        writer = ShardWriter(output, manifest, summary, None)
-    writer.finish()
+    try:
+        for index, chunk in shards_of(rows, job.rows_per_shard):
+            name = shard_name(index)
+            if name in manifest.shards:
+                summary.shards_skipped += 1
+                if progress:
+                    progress(len(chunk), 0)
+                continue
+            if encoder is None:
+                # Only when there is work: a finished job starts no engine.
+                engine_started = time.perf_counter()
+                encoder = make_encoder()
+                engine_seconds = time.perf_counter() - engine_started
+                if on_engine_ready:
+                    on_engine_ready()
+                dense_size = encoder.hidden_size if job.options.dense else None
+                writer = ShardWriter(output, manifest, summary, dense_size, progress)
+                if open_sink is not None:
+                    writer.sink = open_sink(dense_size)
+            assert writer is not None
+            shard, errors = encode_shard(encoder, chunk, name, batch_size, job.options.dense)
+            writer.write(name, len(chunk), shard, errors)
+        if writer is None:
+            writer = ShardWriter(output, manifest, summary, None)
+        writer.finish()
+    finally:
+        if encoder is not None:
+            # Stopped here on every way out (a sink or a shard that fails
+            # included), not by the interpreter's teardown, where vLLM's engine
+            # shutdown raced other threads and the process could abort (SIGABRT).
+            encoder.close()
     # The job's time: from the engine ready to the last shard recorded.
     summary.seconds = time.perf_counter() - started - engine_seconds
     summary.engine_seconds = engine_seconds
-    if encoder is not None:
-        # Stopped here, not by the interpreter's teardown, where vLLM's engine
-        # shutdown raced other threads and the process could abort (SIGABRT).
-        encoder.close()
     return summary
