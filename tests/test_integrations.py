@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 
 import httpx
 import pytest
@@ -111,6 +113,7 @@ def test_langchain_qdrant_finds_each_document_by_its_own_text(server, mode):
     assert counter.requests - before == len(QUERIES)  # one request per query, both halves
     hits = asyncio.run(store.asimilarity_search(QUERIES[0], k=1))
     assert [h.page_content for h in hits] == [QUERIES[0]]
+    assert sparse.remote.kept() == 0  # each half took what the other's request brought
 
 
 def test_langchain_milvus_lite_finds_each_document_by_its_own_text(server, truth, tmp_path):
@@ -262,6 +265,47 @@ def test_haystack_components_serialize_and_run_async(server, truth):
         embedder.run(["not", "a", "string"])
 
 
+def test_haystack_pipeline_saved_with_its_key_loads_and_runs(keyed_server, truth, monkeypatch):
+    from haystack import Pipeline
+    from haystack.utils import Secret
+
+    from bge_m3_sparse_plugin.integrations.haystack import BgeM3SparseTextEmbedder
+
+    from .conftest import API_KEY
+
+    monkeypatch.setenv("VLLM_API_KEY", API_KEY)
+    pipeline = Pipeline()
+    pipeline.add_component("embedder", BgeM3SparseTextEmbedder(keyed_server.url))
+    saved = pipeline.dumps()
+    assert "VLLM_API_KEY" in saved and API_KEY not in saved  # the variable's name, never the key
+    loaded = Pipeline.loads(saved)
+    out = loaded.run({"embedder": {"text": DOCS[0]}})["embedder"]["sparse_embedding"]
+    assert out.indices == truth[DOCS[0]][0]
+    assert out.values == pytest.approx(truth[DOCS[0]][1], rel=1e-6)
+    # A key given as a token is used, and Haystack refuses to save it.
+    token = BgeM3SparseTextEmbedder(keyed_server.url, api_key=Secret.from_token(API_KEY))
+    assert token.run(DOCS[0])["sparse_embedding"].indices == truth[DOCS[0]][0]
+    with pytest.raises(ValueError, match="Cannot serialize token-based secret"):
+        token.to_dict()
+    with pytest.raises(TypeError, match="api_key must be a haystack Secret"):
+        BgeM3SparseTextEmbedder(keyed_server.url, api_key=API_KEY)
+
+
+def test_one_half_alone_keeps_nothing(server, truth):
+    from bge_m3_sparse_plugin.integrations.remote import Remote
+
+    for half in ("sparse", "dense"):
+        remote = Remote(server.url, return_dense=True, batch_size=4)
+        for start in range(0, len(DOCS), 4):
+            got = remote.encode(DOCS[start : start + 4], half)
+            assert [(v.indices, v.dense) for v in got] == [
+                (truth[t][0], pytest.approx(truth[t][2], rel=1e-5, abs=1e-6))
+                for t in DOCS[start : start + 4]
+            ]
+        assert remote.kept() == 0, half
+        remote.close()
+
+
 # -- dense beside sparse -------------------------------------------------------
 
 
@@ -279,3 +323,33 @@ def test_embed_dense_is_the_dense_vector_of_pooling(server, truth):
             return await client.embed_dense(DOCS[:2])
 
     assert asyncio.run(run()) == [truth[t][2] for t in DOCS[:2]]
+
+
+# -- imports ---------------------------------------------------------------------
+
+
+def _import_with(blocked: str, statement: str) -> subprocess.CompletedProcess:
+    """``statement`` in a fresh interpreter where ``blocked`` is not installed
+    (None in sys.modules, as Python treats a module that is absent)."""
+    code = f"import sys; sys.modules[{blocked!r}] = None\n{statement}"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    "blocked,works,fails",
+    [
+        ("langchain_milvus", "BgeM3SparseEmbeddings", "BgeM3MilvusSparseEmbeddings"),
+        ("langchain_qdrant", "BgeM3MilvusSparseEmbeddings", "BgeM3SparseEmbeddings"),
+    ],
+)
+def test_langchain_needs_only_the_store_in_use(blocked, works, fails):
+    module = "bge_m3_sparse_plugin.integrations.langchain"
+    ok = _import_with(blocked, f"from {module} import {works}, BgeM3DenseEmbeddings; print('ok')")
+    assert (ok.returncode, ok.stdout) == (0, "ok\n"), ok.stderr
+    refused = _import_with(blocked, f"from {module} import {fails}")
+    assert refused.returncode == 1
+    distribution = blocked.replace("_", "-")
+    assert refused.stderr.splitlines()[-1] == (
+        f"ModuleNotFoundError: {fails} needs {distribution}: pip install "
+        f"'bge-m3-sparse-plugin[langchain]' (or pip install {distribution})"
+    )

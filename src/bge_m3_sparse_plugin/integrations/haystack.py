@@ -17,11 +17,16 @@ from typing import Any
 
 from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import SparseEmbedding
+from haystack.utils import Secret, deserialize_secrets_inplace
 
 from ..client import DEFAULT_BASE_URL
 from .remote import Remote
 
 __all__ = ["BgeM3SparseDocumentEmbedder", "BgeM3SparseTextEmbedder"]
+
+# The key of a server started with --api-key, from the variable vLLM itself
+# reads; no key when it is unset.
+API_KEY_FROM_ENV = Secret.from_env_var("VLLM_API_KEY", strict=False)
 
 
 class _Settings:
@@ -32,23 +37,31 @@ class _Settings:
         *,
         return_dense: bool = False,
         batch_size: int = 64,
-        api_key: str | None = None,
+        api_key: Secret | None = API_KEY_FROM_ENV,
         timeout: float = 60.0,
         **request_options: Any,
     ) -> None:
+        if isinstance(api_key, str):
+            raise TypeError(
+                "api_key must be a haystack Secret: Secret.from_env_var('VLLM_API_KEY'), "
+                "which a saved pipeline keeps, or Secret.from_token(...), which it refuses to save"
+            )
+        self.api_key = api_key
         self.init_parameters = {
             "base_url": base_url,
             "model": model,
             "return_dense": return_dense,
             "batch_size": batch_size,
+            # Haystack's own rule: a variable's name is saved, a token refuses to be.
+            "api_key": api_key.to_dict() if api_key is not None else None,
             "timeout": timeout,
             **request_options,
-        }  # api_key is not serialized: pass it again when loading a pipeline
+        }
         self.return_dense = return_dense
         self.remote = Remote(
             base_url,
             model,
-            api_key=api_key,
+            api_key=api_key.resolve_value() if api_key is not None else None,
             timeout=timeout,
             batch_size=batch_size,
             return_dense=return_dense,
@@ -60,6 +73,7 @@ class _Settings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:
+        deserialize_secrets_inplace(data["init_parameters"], keys=["api_key"])
         return default_from_dict(cls, data)
 
 

@@ -13,20 +13,32 @@ server running the plugin::
 
 With ``return_dense=True`` one request per batch brings both vectors:
 ``dense_embeddings`` (a LangChain ``Embeddings``) answers from it.
+
+Each store's base class is imported only when its class is asked for: a user
+with langchain-qdrant alone imports :class:`BgeM3SparseEmbeddings` without
+langchain-milvus, and the other way round.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
-from langchain_milvus.utils.sparse import BaseSparseEmbedding
-from langchain_qdrant import SparseEmbeddings, SparseVector
 
-from ..client import DEFAULT_BASE_URL
+from .._missing import is_missing
 from .remote import Remote
 
+if TYPE_CHECKING:
+    from ._langchain_milvus import BgeM3MilvusSparseEmbeddings
+    from ._langchain_qdrant import BgeM3SparseEmbeddings
+
 __all__ = ["BgeM3DenseEmbeddings", "BgeM3MilvusSparseEmbeddings", "BgeM3SparseEmbeddings"]
+
+# Each store's class, the module that holds it, and the package it needs.
+_BY_STORE = {
+    "BgeM3SparseEmbeddings": ("._langchain_qdrant", "langchain_qdrant", "langchain-qdrant"),
+    "BgeM3MilvusSparseEmbeddings": ("._langchain_milvus", "langchain_milvus", "langchain-milvus"),
+}
 
 
 class BgeM3DenseEmbeddings(Embeddings):
@@ -48,51 +60,20 @@ class BgeM3DenseEmbeddings(Embeddings):
         return (await self.remote.adense([text]))[0]
 
 
-class BgeM3SparseEmbeddings(SparseEmbeddings):
-    """``langchain_qdrant.SparseEmbeddings``: each text's ``SparseVector(indices, values)``,
-    FlagEmbedding's ``lexical_weights``. ``request_options`` are the typed client's
-    (``top_k``, ``min_weight``, ``truncate_prompt_tokens``)."""
+def __getattr__(name: str) -> Any:
+    if name not in _BY_STORE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, package, distribution = _BY_STORE[name]
+    import importlib
 
-    def __init__(
-        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
-    ) -> None:
-        self.remote = Remote(base_url, model, **options)
-        self.dense_embeddings = BgeM3DenseEmbeddings(self.remote)
-
-    def embed_documents(self, texts: list[str]) -> list[SparseVector]:
-        return [
-            SparseVector(indices=v.indices, values=v.values)
-            for v in self.remote.encode(list(texts))
-        ]
-
-    def embed_query(self, text: str) -> SparseVector:
-        return self.embed_documents([text])[0]
-
-    async def aembed_documents(self, texts: list[str]) -> list[SparseVector]:
-        vectors = await self.remote.aencode(list(texts))
-        return [SparseVector(indices=v.indices, values=v.values) for v in vectors]
-
-    async def aembed_query(self, text: str) -> SparseVector:
-        return (await self.aembed_documents([text]))[0]
-
-
-class BgeM3MilvusSparseEmbeddings(BaseSparseEmbedding):
-    """``langchain_milvus``'s sparse embedding: each text's ``{token id: weight}``."""
-
-    def __init__(
-        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
-    ) -> None:
-        self.remote = Remote(base_url, model, **options)
-        self.dense_embeddings = BgeM3DenseEmbeddings(self.remote)
-
-    def embed_documents(self, texts: list[str]) -> list[dict[int, float]]:
-        return [dict(zip(v.indices, v.values)) for v in self.remote.encode(list(texts))]
-
-    def embed_query(self, query: str) -> dict[int, float]:
-        return self.embed_documents([query])[0]
-
-    async def aembed_documents(self, texts: list[str]) -> list[dict[int, float]]:
-        return [dict(zip(v.indices, v.values)) for v in await self.remote.aencode(list(texts))]
-
-    async def aembed_query(self, query: str) -> dict[int, float]:
-        return (await self.aembed_documents([query]))[0]
+    try:
+        found = importlib.import_module(module, __package__)
+    except ImportError as exc:
+        if not is_missing(exc, package):
+            raise
+        raise ModuleNotFoundError(
+            f"{name} needs {distribution}: pip install 'bge-m3-sparse-plugin[langchain]' "
+            f"(or pip install {distribution})",
+            name=package,
+        ) from exc
+    return getattr(found, name)

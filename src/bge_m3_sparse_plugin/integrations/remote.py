@@ -5,6 +5,12 @@ dense vector of the same forward pass. A framework that asks for the two
 halves in two calls (a hybrid store: dense, then sparse, of the same texts)
 gets the second half from the first call's request: each half keeps, keyed by
 text, what the other half's request brought, and takes it back once.
+
+What is held is bounded and cleared: each request's vectors replace what the
+other half held and did not take; after the first request, nothing is kept
+for a half that has never asked, so a caller of one half alone holds nothing
+once its second call is done; and a half whose call does not find its texts
+drops what it held for others.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from ..client import (
 __all__ = ["Remote", "SparseEmbeddingError", "Vectors"]
 
 Half = Literal["sparse", "dense"]
-KEPT_TEXTS = 4096  # texts kept per half, the oldest dropped first
+KEPT_TEXTS = 4096  # at most, per half, the oldest dropped first
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,13 @@ class _Kept:
                 self._by_text.move_to_end(text)
             while len(self._by_text) > KEPT_TEXTS:
                 self._by_text.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_text.clear()
+
+    def __len__(self) -> int:
+        return len(self._by_text)
 
     def take(self, texts: list[str]) -> list[Vectors] | None:
         """All of them, or None (and nothing taken) when one is missing."""
@@ -104,6 +117,19 @@ class Remote:
             asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient
         ] = weakref.WeakKeyDictionary()
         self._kept: dict[Half, _Kept] = {"sparse": _Kept(), "dense": _Kept()}
+        self._asked: set[Half] = set()
+        self._requested = False
+
+    def kept(self) -> int:
+        """How many vectors are held for a half that has not taken them yet."""
+        return sum(map(len, self._kept.values()))
+
+    def _take(self, texts: list[str], half: Half) -> list[Vectors] | None:
+        self._asked.add(half)
+        kept = self._kept[half].take(texts)
+        if kept is None:
+            self._kept[half].clear()  # kept for other texts, which this half did not ask for
+        return kept
 
     def _options(self, dense: bool) -> dict[str, Any]:
         return {
@@ -125,13 +151,19 @@ class Remote:
         ]
 
     def _after(self, half: Half, texts: list[str], vectors: list[Vectors]) -> list[Vectors]:
-        if self.return_dense:
-            self._kept["dense" if half == "sparse" else "sparse"].put(texts, vectors)
+        other: Half = "dense" if half == "sparse" else "sparse"
+        held = self._kept[other]
+        held.clear()  # not taken since the last request: that half is not pairing with this one
+        # The first request keeps its other half on trust (a hybrid store asks
+        # for both halves of its first batch); later ones only for a half that asks.
+        if self.return_dense and (other in self._asked or not self._requested):
+            held.put(texts, vectors)
+        self._requested = True
         return vectors
 
     def encode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
         """Vectors for ``texts``, in order, for the ``half`` that asks."""
-        kept = self._kept[half].take(texts)
+        kept = self._take(texts, half)
         if kept is not None:
             return kept
         if self._sync is None:
@@ -151,7 +183,7 @@ class Remote:
 
     async def aencode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
         """The asyncio form of :meth:`encode`."""
-        kept = self._kept[half].take(texts)
+        kept = self._take(texts, half)
         if kept is not None:
             return kept
         client = self._async_client()
