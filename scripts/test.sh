@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up (once) and run every test: unit tests, then a real vLLM engine, two
-# real vLLM servers and a real FlagEmbedding.
+# Set up (once) and run every test: unit tests, then a real vLLM engine, real
+# vLLM servers and a real FlagEmbedding; then, when no test is named, the
+# interface tests with the CUDA builds of vLLM 0.33 and 0.34 (their own venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,4 +10,11 @@ export TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # strict, on src/ ([tool.mypy] in pyproject.toml)
-exec .venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest "$@"
+for arg in "$@"; do
+  case "$arg" in
+    -*) ;;
+    *) exit 0 ;;  # tests named: those only
+  esac
+done
+bash scripts/test_vllm_versions.sh -q

@@ -98,32 +98,59 @@ def test_pre_tokenized_input(server, tokenizer, seed_response):
 
 
 BAD_DATA = [
-    # (label, data, what the message must say: the field, or the limit broken)
-    ("input is a number", {"input": 5}, "data.input"),
-    ("input is null", {"input": None}, "data.input"),
-    ("input is missing", {"return_tokens": True}, "data.input"),
-    ("empty list", {"input": []}, "data.input"),
-    ("nested empty list", {"input": [[]]}, "data.input[0]"),
-    ("mixed list", {"input": ["a", 1]}, "data.input[1]"),
-    ("negative token id", {"input": [0, -5, 2]}, "data.input[1]"),
-    ("float token id", {"input": [[0, 1.5, 2]]}, "data.input[0][1]"),
-    ("token id outside vocabulary", {"input": [0, 10**6, 2]}, "data.input"),
-    ("return_tokens not a bool", {"input": "x", "return_tokens": "yes"}, "data.return_tokens"),
-    ("return_dense null", {"input": "x", "return_dense": None}, "data.return_dense"),
-    ("unknown field", {"input": "x", "return_colbert": True}, "data.return_colbert"),
-    ("nothing asked for", {"input": "x", "return_sparse": False}, "data.return_sparse"),
+    # (label, data, what the message must say, the field named as the error's param)
+    ("input is a number", {"input": 5}, "data.input", "data.input"),
+    ("input is null", {"input": None}, "data.input", "data.input"),
+    ("input is missing", {"return_tokens": True}, "data.input", "data.input"),
+    ("empty list", {"input": []}, "data.input", "data.input"),
+    ("nested empty list", {"input": [[]]}, "data.input[0]", "data.input[0]"),
+    ("mixed list", {"input": ["a", 1]}, "data.input[1]", "data.input[1]"),
+    ("negative token id", {"input": [0, -5, 2]}, "data.input[1]", "data.input[1]"),
+    ("float token id", {"input": [[0, 1.5, 2]]}, "data.input[0][1]", "data.input[0][1]"),
+    ("token id outside vocabulary", {"input": [0, 10**6, 2]}, "data.input", "data.input"),
+    (
+        "return_tokens not a bool",
+        {"input": "x", "return_tokens": "yes"},
+        "data.return_tokens",
+        "data.return_tokens",
+    ),
+    (
+        "return_dense null",
+        {"input": "x", "return_dense": None},
+        "data.return_dense",
+        "data.return_dense",
+    ),
+    (
+        "unknown field",
+        {"input": "x", "return_colbert": True},
+        "data.return_colbert",
+        "data.return_colbert",
+    ),
+    (
+        "nothing asked for",
+        {"input": "x", "return_sparse": False},
+        "data.return_sparse",
+        "data.return_sparse",
+    ),
     # Over vLLM's max_model_len (1026 here): vLLM's own check refuses it.
-    ("text over max_model_len", {"input": ["ok", "x " * 1100]}, "maximum context length is 1026"),
+    (
+        "text over max_model_len",
+        {"input": ["ok", "x " * 1100]},
+        "maximum context length is 1026",
+        "input_tokens",
+    ),
     # Within max_model_len, over the 1024 positions the model has: the plugin refuses it.
     (
         "ids over the model's positions",
         {"input": [0] + [5] * 1024 + [2]},
         "data.input has 1026 tokens, special tokens included; this model takes at most 1024",
+        "data.input",
     ),
     (
         "texts over the model's positions",
         {"input": ["ok", "x " * 1023]},
         "data.input[1] has 1025 tokens",
+        "data.input[1]",
     ),
     # The plugin's cap on characters per request (BGE_M3_SPARSE_MAX_CHARS, 8,000,000 by default).
     (
@@ -131,15 +158,18 @@ BAD_DATA = [
         {"input": ["x" * 4_000_001, "y" * 3_999_999, "z"]},
         "data.input holds 8000001 characters of text; at most 8000000 are allowed per request "
         "(split the request, or set BGE_M3_SPARSE_MAX_CHARS",
+        "data.input",
     ),
 ]
 
 
-@pytest.mark.parametrize("label,data,says", BAD_DATA, ids=[b[0] for b in BAD_DATA])
-def test_bad_data_is_a_400_naming_the_field(server, label, data, says):
+@pytest.mark.parametrize("label,data,says,param", BAD_DATA, ids=[b[0] for b in BAD_DATA])
+def test_bad_data_is_a_400_naming_the_field(server, label, data, says, param):
     resp = post(server, {"model": SERVED_MODEL_NAME, "data": data})
     assert resp.status_code == 400, resp.text
-    assert says in resp.json()["error"]["message"]
+    error = resp.json()["error"]
+    assert (error["param"], error["code"]) == (param, 400)
+    assert says in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -64,12 +64,16 @@ def check_pairs(server, headers: dict[str, str]) -> list[int]:
     responses = asyncio.run(run())
     for k, (data, resp) in enumerate(zip(datas, responses)):
         if resp.status_code == 409:
-            error = resp.json()["error"]
-            assert error["message"] == (
-                f"X-Request-Id 'shared-{k // 2}' is in use by another request in flight on "
-                "this server; send each concurrent request with its own X-Request-Id (or none, "
-                "and vLLM makes one)"
-            )
+            assert resp.json() == {
+                "error": {
+                    "message": f"X-Request-Id 'shared-{k // 2}' is in use by another request in "
+                    "flight on this server; send each concurrent request with its own "
+                    "X-Request-Id (or none, and vLLM makes one)",
+                    "type": "Conflict",
+                    "param": None,
+                    "code": 409,
+                }
+            }
             continue
         assert resp.status_code == 200, (k, resp.text)
         assert resp.json()["request_id"] == f"pooling-shared-{k // 2}"

@@ -320,3 +320,22 @@ _HIGH_IDS = st.sampled_from(
 )
 def test_ids_past_65535_equal_the_reference(sequences):
     assert_batch_equals_reference(sequences)
+
+
+def test_a_batch_too_large_for_one_16_bit_key_is_split_and_equals_the_reference():
+    """ids past 2**20 leave 11 bits of the key for the sequence: over 2,048
+    sequences, the numpy pass splits the batch in two (and again), and must
+    still equal the reference and the compiled pass."""
+    rng = np.random.default_rng(20261204)
+    sequences = [
+        [
+            (int(rng.integers(0, 2**20 + 5_000)), float(rng.uniform(-0.2, 1.0)))
+            for _ in range(int(rng.integers(0, 6)))
+        ]
+        for _ in range(5_000)
+    ]
+    sequences[0] = [(2**20 + 4_999, 0.5), (7, 0.25), (2**20 + 4_999, 0.75)]  # the largest id, twice
+    ids = np.concatenate([np.array([p[0] for p in s], dtype=np.int64) for s in sequences])
+    high_bits = (int(ids.max()) >> 16).bit_length()
+    assert (len(sequences) - 1) << high_bits > 0xFFFF  # the split is taken
+    assert_batch_equals_reference(sequences)

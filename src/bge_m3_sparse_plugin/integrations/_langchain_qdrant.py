@@ -22,7 +22,15 @@ class BgeM3SparseEmbeddings(SparseEmbeddings):
         self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
     ) -> None:
         self.remote = Remote(base_url, model, **options)
-        self.dense_embeddings = BgeM3DenseEmbeddings(self.remote)
+        self.remote.attach("sparse")
+        self._dense = BgeM3DenseEmbeddings(self.remote)
+
+    @property
+    def dense_embeddings(self) -> BgeM3DenseEmbeddings:
+        """The dense half (a LangChain ``Embeddings``), answered from the sparse
+        half's requests with ``return_dense=True``, and they from its."""
+        self.remote.attach("dense")
+        return self._dense
 
     def embed_documents(self, texts: list[str]) -> list[SparseVector]:
         return [

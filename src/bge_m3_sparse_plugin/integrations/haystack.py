@@ -52,8 +52,6 @@ class _Settings:
             "model": model,
             "return_dense": return_dense,
             "batch_size": batch_size,
-            # Haystack's own rule: a variable's name is saved, a token refuses to be.
-            "api_key": api_key.to_dict() if api_key is not None else None,
             "timeout": timeout,
             **request_options,
         }
@@ -69,7 +67,9 @@ class _Settings:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return default_to_dict(self, **self.init_parameters)
+        # Haystack's own rule: a variable's name is saved, a token refuses to be.
+        api_key = self.api_key.to_dict() if self.api_key is not None else None
+        return default_to_dict(self, **self.init_parameters, api_key=api_key)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Any:

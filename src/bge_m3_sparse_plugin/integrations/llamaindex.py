@@ -68,7 +68,15 @@ class BgeM3Sparse:
         self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
     ) -> None:
         self.remote = Remote(base_url, model, **options)
-        self.embed_model = BgeM3DenseEmbedding(self.remote)
+        self.remote.attach("sparse")
+        self._dense = BgeM3DenseEmbedding(self.remote)
+
+    @property
+    def embed_model(self) -> BgeM3DenseEmbedding:
+        """The dense half, a LlamaIndex embedding, answered from the sparse
+        half's requests with ``return_dense=True``, and they from its."""
+        self.remote.attach("dense")
+        return self._dense
 
     def sparse_doc_fn(self, texts: list[str]) -> BatchSparseEncoding:
         vectors = self.remote.encode(list(texts))

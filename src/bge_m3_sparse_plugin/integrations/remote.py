@@ -6,11 +6,12 @@ halves in two calls (a hybrid store: dense, then sparse, of the same texts)
 gets the second half from the first call's request: each half keeps, keyed by
 text, what the other half's request brought, and takes it back once.
 
-What is held is bounded and cleared: each request's vectors replace what the
-other half held and did not take; after the first request, nothing is kept
-for a half that has never asked, so a caller of one half alone holds nothing
-once its second call is done; and a half whose call does not find its texts
-drops what it held for others.
+What is held is bounded and cleared. Vectors are held only for a half that an
+adapter has handed to the caller (:meth:`Remote.attach`: LangChain's
+``dense_embeddings``, LlamaIndex's ``embed_model``, once asked for), so a
+caller of the sparse half alone holds nothing. A half whose call does not find
+its texts drops what it held, and at most ``KEPT_TEXTS`` are held per half
+(a store may embed a whole insert batch with one half before the other asks).
 """
 
 from __future__ import annotations
@@ -117,15 +118,17 @@ class Remote:
             asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient
         ] = weakref.WeakKeyDictionary()
         self._kept: dict[Half, _Kept] = {"sparse": _Kept(), "dense": _Kept()}
-        self._asked: set[Half] = set()
-        self._requested = False
+        self._attached: set[Half] = set()
+
+    def attach(self, half: Half) -> None:
+        """``half`` is in a caller's hands: hold for it what the other half's requests bring."""
+        self._attached.add(half)
 
     def kept(self) -> int:
         """How many vectors are held for a half that has not taken them yet."""
         return sum(map(len, self._kept.values()))
 
     def _take(self, texts: list[str], half: Half) -> list[Vectors] | None:
-        self._asked.add(half)
         kept = self._kept[half].take(texts)
         if kept is None:
             self._kept[half].clear()  # kept for other texts, which this half did not ask for
@@ -152,13 +155,8 @@ class Remote:
 
     def _after(self, half: Half, texts: list[str], vectors: list[Vectors]) -> list[Vectors]:
         other: Half = "dense" if half == "sparse" else "sparse"
-        held = self._kept[other]
-        held.clear()  # not taken since the last request: that half is not pairing with this one
-        # The first request keeps its other half on trust (a hybrid store asks
-        # for both halves of its first batch); later ones only for a half that asks.
-        if self.return_dense and (other in self._asked or not self._requested):
-            held.put(texts, vectors)
-        self._requested = True
+        if self.return_dense and other in self._attached:
+            self._kept[other].put(texts, vectors)
         return vectors
 
     def encode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:

