@@ -20,8 +20,10 @@ if [ ! -f "$stamp" ]; then
   rm -rf "$VENV"
   "$PYTHON" -m venv "$VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cuda]' 'vllm==0.33.0' 'pytest>=8'
-  "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps -d "$VENV/wheels" \
-    'vllm==0.33.0' 'vllm==0.34.0'
+  for version in 0.33.0 0.34.0; do
+    "$VENV/bin/pip" download -q --disable-pip-version-check --no-deps -d "$VENV/wheels" \
+      "vllm==$version"
+  done
   touch "$stamp"
 fi
 for version in 0.33.0 0.34.0; do
