@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 
@@ -151,12 +152,17 @@ def test_a_torchvision_built_for_another_torch_is_a_problem_with_the_uninstall_c
     assert "fix: pip uninstall -y torchvision" in result.stdout
 
 
-def test_a_torchvision_that_imports_is_named_with_its_version(tmp_path):
+@pytest.mark.parametrize("torch_version", [torch.__version__, "2.14.0"], ids=["this", "no +cpu"])
+def test_a_torchvision_that_imports_is_named_with_its_version(tmp_path, torch_version):
     fake_distribution(tmp_path, "torchvision", "0.99.0", "")
+    # torch as a build without "+cpu" in its version (a CUDA wheel) reports itself.
+    (tmp_path / "sitecustomize.py").write_text(
+        f"import torch\ntorch.__version__ = {torch_version!r}\n"
+    )
     result = doctor(pythonpath=tmp_path)
     assert lines(result, "PROBLEM") == []
     assert (
-        f"ok       torchvision 0.99.0 installed beside torch {torch.__version__}, and importable"
+        f"ok       torchvision 0.99.0 installed beside torch {torch_version}, and importable"
         in result.stdout
     )
 
