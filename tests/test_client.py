@@ -191,3 +191,14 @@ def test_truncate_prompt_tokens_and_request_id_reach_the_server(server):
         pooling(server, {"input": long_text}, truncate_prompt_tokens=50)["data"]
     )
     assert plugin_part(got) == want
+
+
+def test_the_clients_connections_expire_before_vllm_closes_them():
+    """A request sent on a connection as vLLM's server closes it for being idle
+    is reset (benchmarks/keepalive_race.py): the client must drop its idle
+    connections before vLLM's keep-alive timeout does."""
+    from vllm import envs
+
+    from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
+
+    assert KEEPALIVE_EXPIRY_S < envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE

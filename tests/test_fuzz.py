@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest, SparseEmbeddingResponse
 
 from ._server import SERVED_MODEL_NAME
@@ -31,6 +32,10 @@ from .test_online import SEED_INPUT
 pytestmark = pytest.mark.engine
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "150"))
+# A fuzz run once failed with "Connection reset by peer": a request sent on a
+# pooled connection just as vLLM closed it, idle for its 5 s keep-alive
+# (benchmarks/keepalive_race.py). The connections go first, as the client's do.
+LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
 SEED = 20261203
 TIMEOUT_S = 60
 VOCAB = 729  # the small model's vocabulary (len(tokenizer)); checked below
@@ -76,6 +81,7 @@ def check_answer(resp: httpx.Response, data: Any, broken: tuple[str, ...] = ()) 
 # Valid by the schema, refused by the server: what the plugin checks beyond
 # it (lengths, the vocabulary, what the server's task gives), and vLLM's own
 # length check.
+RETURN_FLAGS = ("data.return_sparse", "data.return_dense", "data.return_colbert_vecs")
 CHECKED_BEYOND_THE_SCHEMA = (
     "data.input",
     "data.return_sparse",
@@ -198,26 +204,42 @@ def test_vocabulary_size_is_the_models(tokenizer):
 
 
 def test_plugin_schema_fuzz(server):
-    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
 
         def send(data: Any) -> httpx.Response:
             return client.post("/pooling", json={"model": SERVED_MODEL_NAME, "data": data})
+
+        accepted_bases = 0
 
         @seed(SEED)
         @FUZZ_SETTINGS
         @given(case=mutated())
         def run(case: tuple[dict, dict, str]) -> None:
+            nonlocal accepted_bases
             base, data, broken = case
-            # The unmutated data: a 200, or refused for what the server checks.
-            refused_for = check_answer(send(base), base, CHECKED_BEYOND_THE_SCHEMA)
-            # The mutation: a 200 (it may have drawn a valid value), or refused
-            # for the field it broke, or for what the unmutated data was.
-            check_answer(
-                send(data), data, (broken,) if refused_for is None else (broken, refused_for)
-            )
+            # The unmutated data: a 200, or refused for what the server checks,
+            # or for a field of its own that the JSON schema lets through and
+            # pydantic does not (an integer field drawn as 1.0).
+            own_fields = tuple(f"data.{field}" for field in base)
+            refused_for = check_answer(send(base), base, CHECKED_BEYOND_THE_SCHEMA + own_fields)
+            if refused_for is None:
+                # The mutation of an accepted request: a 200 (it may have drawn
+                # a valid value), or refused for the very field it broke (for
+                # the three return_ flags, any of them: one check names them all).
+                accepted_bases += 1
+                allowed = RETURN_FLAGS if broken in RETURN_FLAGS else (broken,)
+                if broken == "data.input":
+                    allowed = (broken, "input_tokens")  # vLLM's own length check
+            else:
+                # Refused already: the mutation may uncover a check that the
+                # first refusal hid; the param still names a field of the request.
+                allowed = (broken, *CHECKED_BEYOND_THE_SCHEMA, *own_fields)
+            check_answer(send(data), data, allowed)
             assert server.alive()
 
         run()
+        # The strict check above ran, on most examples.
+        assert accepted_bases >= EXAMPLES // 2, accepted_bases
 
 
 def test_openapi_schema_fuzz(server):
@@ -225,7 +247,7 @@ def test_openapi_schema_fuzz(server):
 
     schema = schemathesis.openapi.from_url(server.url + "/openapi.json")
     operation = schema["/pooling"]["POST"]
-    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S) as client:
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
 
         @seed(SEED)
         @FUZZ_SETTINGS
@@ -260,8 +282,12 @@ def check_answer_any(resp: httpx.Response, body: Any) -> None:
     error = error_of(resp)
     if resp.status_code == 400 and isinstance(body, dict) and isinstance(body.get("data"), dict):
         # A plugin request refused: the plugin names the field, under data
-        # (or vLLM's own length check names the tokens).
-        assert str(error["param"]).startswith(("data", "input_tokens")), error
+        # (or vLLM's own length check names the tokens); vLLM's checks of the
+        # body's other fields name one of them in their message, with no param.
+        if error["param"] is not None:
+            assert error["param"].startswith(("data", "input_tokens")), error
+        else:
+            assert any(key in error["message"] for key in body if key != "data"), error
 
 
 @pytest.mark.parametrize(
