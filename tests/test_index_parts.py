@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -155,3 +158,71 @@ def test_shard_columns_and_types(tmp_path):
         }
     ]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# -- a module that is missing, against one that is installed and broken -------
+
+
+def _run_with(site: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python -c`` with ``site`` first on the path (its sitecustomize runs first)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def _absent(site: Path, module: str) -> None:
+    (site / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+
+
+def _broken(site: Path, module: str, error: str) -> None:
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text(f"raise ImportError({error!r})\n")
+
+
+@pytest.mark.parametrize("state", ["absent", "broken"])
+def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
+    site = tmp_path / "site"
+    site.mkdir()
+    error = "libarrow.so.2000: cannot open shared object file"
+    if state == "absent":
+        _absent(site, "ray")
+    else:
+        _broken(site, "ray", error)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"id": "a", "text": "x"}\n')
+    result = _run_with(
+        site, "-m", "bge_m3_sparse_plugin", "index", str(rows), str(tmp_path / "out"),
+        "--model", str(tmp_path), "--ray",
+    )  # fmt: skip
+    assert result.returncode == 2
+    said = result.stderr.strip().splitlines()[-1]
+    if state == "absent":
+        assert said.startswith("bge-m3-sparse index: --ray needs Ray Data (")
+        assert said.endswith("): pip install 'bge-m3-sparse-plugin[ray]'")
+    else:
+        assert said == (
+            "bge-m3-sparse index: --ray: Ray Data is installed but fails to import: "
+            f"ImportError: {error}"
+        )
+
+
+@pytest.mark.parametrize("state", ["absent", "broken"])
+def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
+    site = tmp_path / "site"
+    site.mkdir()
+    error = "libtorch_cpu.so: cannot open shared object file"
+    if state == "absent":
+        _absent(site, "torch")
+    else:
+        _broken(site, "torch", error)
+    code = "from bge_m3_sparse_plugin.index.engine import on_gpu; print(on_gpu())"
+    result = _run_with(site, "-c", code)
+    if state == "absent":
+        assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr
+    else:
+        assert result.returncode == 1
+        assert result.stderr.strip().splitlines()[-1] == f"ImportError: {error}"
