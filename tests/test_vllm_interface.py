@@ -200,6 +200,34 @@ def test_a_second_request_in_flight_with_the_same_id_is_a_409(processor):
     }
 
 
+def test_a_full_map_is_a_503_and_evicts_nobody(processor, monkeypatch):
+    from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
+    from vllm.exceptions import GracefulHTTPError
+
+    from bge_m3_sparse_plugin.pending import PendingRequests
+
+    monkeypatch.setattr(processor, "pending", PendingRequests(max_size=1))
+
+    async def two_at_once() -> GracefulHTTPError:
+        request = processor.parse_data({"input": "x"})
+        processor.pre_process(prompt=request, request_id="pooling-first")
+        with pytest.raises(GracefulHTTPError) as info:
+            processor.pre_process(prompt=request, request_id="pooling-second")
+        assert len(processor.pending) == 1  # the first keeps its options
+        return info.value
+
+    error = create_error_response(asyncio.run(two_at_once()))
+    assert error.model_dump() == {
+        "error": {
+            "message": "bge_m3_sparse_plugin holds 1 requests in flight on this server process, "
+            "its limit (BGE_M3_SPARSE_MAX_PENDING); retry later",
+            "type": "Service Unavailable",
+            "param": None,
+            "code": 503,
+        }
+    }
+
+
 def test_a_vllm_past_the_range_refuses_the_plugin_saying_what_to_do(built, monkeypatch):
     """What a user of vLLM 0.35, untested yet, sees: vLLM logs the plugin's
     refusal, then stops, the plugin not being loadable."""
