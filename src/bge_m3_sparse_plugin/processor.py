@@ -136,6 +136,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         self.pending: PendingRequests[_Options] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
+        set_pending(0)  # on /metrics from the start, not from the first request
 
     def parse_data(self, data: object) -> SparseEmbeddingRequest:
         if isinstance(data, SparseEmbeddingRequest):
