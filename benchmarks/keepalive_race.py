@@ -5,7 +5,9 @@ vLLM's server (uvicorn) closes a connection idle for VLLM_HTTP_TIMEOUT_KEEP_ALIV
 connection just under 5 s after the last answer can reach the server as it
 closes that connection: the kernel answers with a reset. Side by side in one
 run, on one server: httpx's default expiry, and the typed client's
-(KEEPALIVE_EXPIRY_S), each sending requests 4.990 to 4.999 s apart.
+(KEEPALIVE_EXPIRY_S), each sending requests 4.990 to 4.999 s apart, in
+steps of 1 ms: the last milliseconds before the server's 5 s, where the
+resets were seen.
 
     python benchmarks/keepalive_race.py [--requests 40]
 """
@@ -25,8 +27,10 @@ from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
 BODY = {"data": {"input": "I love China"}}
 
 
-def resets(url: str, expiry: float, requests: int) -> int:
-    found = 0
+def resets(url: str, expiry: float, requests: int) -> dict[str, int]:
+    """Transport errors by kind: the reset (ReadError), or the server's close
+    seen before any answer (RemoteProtocolError), the two faces of the race."""
+    found: dict[str, int] = {}
     limits = httpx.Limits(keepalive_expiry=expiry)
     with httpx.Client(timeout=30, limits=limits) as client:
         client.post(url + "/pooling", json=BODY).raise_for_status()
@@ -34,8 +38,8 @@ def resets(url: str, expiry: float, requests: int) -> int:
             time.sleep(4.990 + (i % 10) * 0.001)
             try:
                 client.post(url + "/pooling", json=BODY).raise_for_status()
-            except httpx.ReadError:
-                found += 1
+            except httpx.TransportError as exc:
+                found[type(exc).__name__] = found.get(type(exc).__name__, 0) + 1
     return found
 
 
@@ -46,8 +50,11 @@ def main() -> None:
     server = BenchServer(model_dir("small"), Path("/tmp/keepalive_race_server.log"))
     try:
         for label, expiry in (("httpx's default", 5.0), ("the client's", KEEPALIVE_EXPIRY_S)):
-            n = resets(server.url, expiry, args.requests)
-            print(f"keepalive_expiry {expiry:g} s ({label}): {n} of {args.requests} reset")
+            found = resets(server.url, expiry, args.requests)
+            print(
+                f"keepalive_expiry {expiry:g} s ({label}): {sum(found.values())} of "
+                f"{args.requests} failed {found or ''}"
+            )
     finally:
         server.stop()
 
