@@ -2,35 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from langchain_qdrant import SparseEmbeddings, SparseVector
 
-from ..client import DEFAULT_BASE_URL
-from .langchain import BgeM3DenseEmbeddings
-from .remote import Remote
+from .langchain import BothHalves
 
 __all__ = ["BgeM3SparseEmbeddings"]
 
 
-class BgeM3SparseEmbeddings(SparseEmbeddings):
+class BgeM3SparseEmbeddings(BothHalves, SparseEmbeddings):
     """``langchain_qdrant.SparseEmbeddings``: each text's ``SparseVector(indices, values)``,
     FlagEmbedding's ``lexical_weights``. ``request_options`` are the typed client's
     (``top_k``, ``min_weight``, ``truncate_prompt_tokens``)."""
-
-    def __init__(
-        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
-    ) -> None:
-        self.remote = Remote(base_url, model, **options)
-        self.remote.attach("sparse")
-        self._dense = BgeM3DenseEmbeddings(self.remote)
-
-    @property
-    def dense_embeddings(self) -> BgeM3DenseEmbeddings:
-        """The dense half (a LangChain ``Embeddings``), answered from the sparse
-        half's requests with ``return_dense=True``, and they from its."""
-        self.remote.attach("dense")
-        return self._dense
 
     def embed_documents(self, texts: list[str]) -> list[SparseVector]:
         return [

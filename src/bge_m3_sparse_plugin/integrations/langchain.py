@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.embeddings import Embeddings
 
 from .._missing import is_missing
+from ..client import DEFAULT_BASE_URL
 from .remote import Remote
 
 if TYPE_CHECKING:
@@ -58,6 +59,24 @@ class BgeM3DenseEmbeddings(Embeddings):
 
     async def aembed_query(self, text: str) -> list[float]:
         return (await self.remote.adense([text]))[0]
+
+
+class BothHalves:
+    """The sparse half of a store's pair (the class itself), and its dense half."""
+
+    def __init__(
+        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
+    ) -> None:
+        self.remote = Remote(base_url, model, **options)
+        self.remote.attach("sparse")
+        self._dense = BgeM3DenseEmbeddings(self.remote)
+
+    @property
+    def dense_embeddings(self) -> BgeM3DenseEmbeddings:
+        """The dense half (a LangChain ``Embeddings``), answered from the sparse
+        half's requests with ``return_dense=True``, and they from its."""
+        self.remote.attach("dense")
+        return self._dense
 
 
 def __getattr__(name: str) -> Any:
