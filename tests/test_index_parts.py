@@ -174,24 +174,24 @@ def _run_with(site: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _absent(site: Path, module: str) -> None:
-    (site / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
-
-
-def _broken(site: Path, module: str, error: str) -> None:
-    (site / module).mkdir()
-    (site / module / "__init__.py").write_text(f"raise ImportError({error!r})\n")
+def _site_where(tmp_path: Path, module: str, state: str, error: str) -> Path:
+    """A folder to put first on the path, where ``module`` is absent (None in
+    sys.modules, through its sitecustomize) or broken (a package whose import
+    raises ``error``)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    if state == "absent":
+        (site / "sitecustomize.py").write_text(f"import sys\nsys.modules[{module!r}] = None\n")
+    else:
+        (site / module).mkdir()
+        (site / module / "__init__.py").write_text(f"raise ImportError({error!r})\n")
+    return site
 
 
 @pytest.mark.parametrize("state", ["absent", "broken"])
 def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
-    site = tmp_path / "site"
-    site.mkdir()
     error = "libarrow.so.2000: cannot open shared object file"
-    if state == "absent":
-        _absent(site, "ray")
-    else:
-        _broken(site, "ray", error)
+    site = _site_where(tmp_path, "ray", state, error)
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"id": "a", "text": "x"}\n')
     result = _run_with(
@@ -212,13 +212,8 @@ def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
 
 @pytest.mark.parametrize("state", ["absent", "broken"])
 def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
-    site = tmp_path / "site"
-    site.mkdir()
     error = "libtorch_cpu.so: cannot open shared object file"
-    if state == "absent":
-        _absent(site, "torch")
-    else:
-        _broken(site, "torch", error)
+    site = _site_where(tmp_path, "torch", state, error)
     code = "from bge_m3_sparse_plugin.index.engine import on_gpu; print(on_gpu())"
     result = _run_with(site, "-c", code)
     if state == "absent":
