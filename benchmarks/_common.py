@@ -6,12 +6,16 @@ import os
 import platform
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bge_m3_sparse_plugin import HF_OVERRIDES  # noqa: F401 (the benchmarks import it from here)
-from bge_m3_sparse_plugin.tiny_model import _WORDS, TinyModelSpec, build_tiny_model
+from bge_m3_sparse_plugin._config import cpu_binding, engine_kwargs
+from bge_m3_sparse_plugin.tiny_model import WORDS, TinyModelSpec, build_tiny_model
+
+# The repository, for tests/support (the tests' servers, reference code and corpora).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MODELS_DIR = Path(os.environ.get("BENCH_MODELS_DIR", "models"))
 
@@ -20,15 +24,15 @@ SPECS = {
     "mid": TinyModelSpec(hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072),
 }
 
-# The engine settings the benchmarks, the demo and the README use on a CPU
-# machine: compute on every core (vLLM keeps one for the front end by
-# default, which an offline batch run does not need).
-CORES = os.cpu_count() or 1
-CPU_ENGINE_ENV = {
-    "VLLM_CPU_OMP_THREADS_BIND": f"0-{CORES - 1}",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "OMP_NUM_THREADS": str(CORES),
-}
+# The CPU binding of the index command and the README (the package's own):
+# compute on every core (vLLM keeps one for the front end by default, which
+# an offline batch run does not need).
+CPU_ENGINE_ENV = cpu_binding()
+
+
+def llm_kwargs(model: Path | str, **settings: object) -> dict[str, object]:
+    """vllm.LLM's keywords for the plugin on a CPU (the package's own), float32."""
+    return engine_kwargs(gpu=False, model=str(model), **{"dtype": "float32", **settings})
 
 
 def use_cpu_engine_env() -> None:
@@ -47,7 +51,7 @@ def model_dir(size: str) -> Path:
 def documents(n: int, words_per_doc: int, seed: int = 0) -> list[str]:
     """``n`` deterministic documents; each word is one token of the small vocabulary."""
     rng = random.Random(seed)
-    words = list(_WORDS) + [w.capitalize() for w in _WORDS[:50]]
+    words = list(WORDS) + [w.capitalize() for w in WORDS[:50]]
     return [" ".join(rng.choice(words) for _ in range(words_per_doc)) + "." for _ in range(n)]
 
 

@@ -14,7 +14,7 @@ import psutil
 
 # The tests' launcher, the one copy of the server's arguments.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests._server import SERVED_MODEL_NAME, Server
+from tests.support.server import SERVED_MODEL_NAME, Server
 
 __all__ = ["SERVED_MODEL_NAME", "BenchServer", "PeakRss", "Probe", "percentile"]
 

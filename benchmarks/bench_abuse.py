@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import documents, model_dir, print_settings
 from _server import SERVED_MODEL_NAME, BenchServer, PeakRss, Probe, percentile
 
-from bge_m3_sparse_plugin.limits import DEFAULT_MAX_CHARS, MAX_CHARS_ENV
+from bge_m3_sparse_plugin._config import DEFAULT_MAX_CHARS, MAX_CHARS_ENV
 
 CAP_OFF = str(10**12)
 

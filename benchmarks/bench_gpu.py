@@ -18,7 +18,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (
-    HF_OVERRIDES,
     MODELS_DIR,
     documents,
     interleaved,
@@ -26,6 +25,7 @@ from _common import (
     print_settings,
 )
 
+from bge_m3_sparse_plugin._config import engine_kwargs
 from bge_m3_sparse_plugin.tiny_model import TinyModelSpec, build_tiny_model
 
 SPEC = TinyModelSpec(
@@ -72,13 +72,13 @@ def main() -> None:
     flag = BGEM3FlagModel(str(path), use_fp16=True, devices="cuda:0")
     # Both stay loaded (about 1 GB each for the weights), so the rounds can alternate.
     llm = LLM(
-        model=str(path),
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float16",
-        gpu_memory_utilization=0.6,
-        max_model_len=8192,
+        **engine_kwargs(
+            gpu=True,
+            model=str(path),
+            dtype="float16",
+            gpu_memory_utilization=0.6,  # FlagEmbedding holds its copy beside it
+            max_model_len=8192,
+        )
     )
     request = {"data": {"input": docs, "return_dense": True}}
 

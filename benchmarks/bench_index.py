@@ -33,9 +33,9 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import CPU_ENGINE_ENV, HF_OVERRIDES, model_dir, print_settings
+from _common import CPU_ENGINE_ENV, llm_kwargs, model_dir, print_settings
 
-from bge_m3_sparse_plugin.tiny_model import _WORDS
+from bge_m3_sparse_plugin.tiny_model import WORDS
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -43,7 +43,7 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     docs = []
     for _ in range(n):
         words = int(min(998, max(28, math.exp(rng.gauss(math.log(113), 0.8)))))
-        docs.append(" ".join(rng.choice(_WORDS) for _ in range(words)) + ".")
+        docs.append(" ".join(rng.choice(WORDS) for _ in range(words)) + ".")
     return docs
 
 
@@ -141,12 +141,7 @@ def run_plain(model: Path, docs: list[str], dense: bool) -> float:
     from vllm import LLM
 
     llm = LLM(
-        model=str(model),
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float32",
-        gpu_memory_utilization=0.2,
+        **llm_kwargs(str(model)),
         max_num_batched_tokens=16384,
     )
     tokenizer = llm.get_tokenizer()

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (
-    HF_OVERRIDES,
     documents,
     interleaved,
+    llm_kwargs,
     median,
     model_dir,
     print_settings,
@@ -85,12 +85,7 @@ def main() -> None:
         sparse_format=args.sparse_format,
     )
     llm = LLM(
-        model=str(path),
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float32",
-        gpu_memory_utilization=0.2,
+        **llm_kwargs(str(path)),
         max_num_batched_tokens=16384,
         max_num_seqs=256,
     )

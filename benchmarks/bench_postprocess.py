@@ -19,12 +19,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import interleaved, median, print_settings
 
 from bge_m3_sparse_plugin import sparse
-from bge_m3_sparse_plugin.sparse import lexical_weights_batch
+from bge_m3_sparse_plugin._sparse import lexical_weights_batch
 
-sys.path.insert(0, str(Path(__file__).parent.parent))  # the repository, for tests/reference.py
+sys.path.insert(
+    0, str(Path(__file__).parent.parent)
+)  # the repository, for tests/support/reference.py
 import itertools
 
-from tests.reference import flagembedding_loop as _flagembedding_loop
+from tests.support.reference import flagembedding_loop as _flagembedding_loop
 
 N_SEQ, SEQ_LEN, VOCAB, ROUNDS = 1000, 512, 250002, 7
 SPECIAL = frozenset({0, 1, 2, 3})
@@ -32,7 +34,7 @@ SPECIAL = frozenset({0, 1, 2, 3})
 
 def flagembedding_loop(token_weights, input_ids):
     """FlagEmbedding 1.4.2's _process_token_weights: the project's one copy
-    (tests/reference.py, checked against FlagEmbedding's source by
+    (tests/support/reference.py, checked against FlagEmbedding's source by
     tests/test_reference.py), given the unused-token set that FlagEmbedding
     rebuilds from the tokenizer on every call."""
     return _flagembedding_loop(token_weights, input_ids, SPECIAL)

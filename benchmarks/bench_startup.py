@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import HF_OVERRIDES, model_dir, print_settings, use_cpu_engine_env
+from _common import llm_kwargs, model_dir, print_settings, use_cpu_engine_env
 
 IMPORT_PROBE = r"""
 import json, time
@@ -48,15 +48,10 @@ def main() -> None:
 
     from vllm import LLM
 
-    from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
+    from bge_m3_sparse_plugin.serving.processor import BgeM3SparseProcessor
 
     llm = LLM(
-        model=str(path),
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float32",
-        gpu_memory_utilization=0.2,
+        **llm_kwargs(str(path)),
     )
     plugin_io = llm.pooling_io_processors["plugin"]
     builds = []

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import (
     CPU_ENGINE_ENV,
-    HF_OVERRIDES,
     documents,
+    llm_kwargs,
     median,
     model_dir,
     print_settings,
@@ -40,12 +40,7 @@ def worker(path: str, n_docs: int, words: int) -> None:
     from vllm import LLM
 
     llm = LLM(
-        model=path,
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float32",
-        gpu_memory_utilization=0.2,
+        **llm_kwargs(path),
         **ENGINE_KW,
     )
     request = {"data": {"input": documents(n_docs, words), "return_dense": True}}

@@ -7,11 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from bge_m3_sparse_plugin import HF_OVERRIDES
+from bge_m3_sparse_plugin._config import engine_kwargs
 from bge_m3_sparse_plugin.tiny_model import build_tiny_model
 
-from ._index_corpus import index_cmd, make_corpus, run
-from ._server import Server
+from .support.corpus import index_cmd, make_corpus, run
+from .support.server import (
+    API_KEY,
+    DTYPE,
+    SMALL_MAX_INPUTS,
+    SMALL_MAX_PENDING,
+    Server,
+    clean_environ,
+)
 
 
 @pytest.fixture(scope="session")
@@ -37,14 +44,12 @@ def flag_model(model_dir: Path):
 def llm(model_dir: Path):
     from vllm import LLM
 
-    engine = LLM(
-        model=str(model_dir),
-        runner="pooling",
-        hf_overrides=HF_OVERRIDES,
-        io_processor_plugin="bge_m3_sparse_plugin",
-        dtype="float32",
-        gpu_memory_utilization=0.2,
-    )
+    # Started with the environment the servers get (the engine process
+    # inherits it), whatever the developer's shell holds.
+    with pytest.MonkeyPatch.context() as env:
+        for key in os.environ.keys() - clean_environ().keys():
+            env.delenv(key)
+        engine = LLM(model=str(model_dir), **engine_kwargs(gpu=False, dtype=DTYPE))
     yield engine
     engine.llm_engine.engine_core.shutdown()
 
@@ -73,11 +78,6 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     srv = _start_server(model_dir, tmp_path_factory.mktemp("logs"), "server")
     yield srv
     srv.stop()
-
-
-API_KEY = "s3cret"
-SMALL_MAX_INPUTS = 5
-SMALL_MAX_PENDING = 4
 
 
 @pytest.fixture(scope="session")
@@ -113,17 +113,15 @@ def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     srv.stop()
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _clean_env():
-    """The plugin's and vLLM's variables from a developer's shell would change
-    what the servers and engines started here do: none of them get through.
-    Tests that need one pass it to the server they start."""
-    removed = {
-        k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("BGE_M3_SPARSE_", "VLLM_"))
-    }
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    yield
-    os.environ.update(removed)
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch):
+    """Each test starts without the plugin's and vLLM's variables of a
+    developer's shell (they would change what it checks), and what a test
+    sets goes with it. The servers and the engine get the same environment
+    (tests/support/server.py, clean_environ)."""
+    for key in os.environ.keys() - clean_environ().keys():
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bge_m3_sparse_plugin.checks import (
+from bge_m3_sparse_plugin._checks import (
     RequestError,
     Wants,
     check_lengths,

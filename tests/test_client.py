@@ -18,24 +18,19 @@ from bge_m3_sparse_plugin.client import (
 )
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingResponse
 
-from ._server import SERVED_MODEL_NAME
-from .parity import flag_reference
-from .test_online import SEED_INPUT, pooling
-from .texts import PARITY_TEXTS
+from .support.parity import flag_reference
+from .support.requests import (
+    SEED_INPUT,
+    plugin_part,
+    pooling,
+    raw,
+)
+from .support.server import SERVED_MODEL_NAME
+from .support.texts import PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
 
 TEXTS = list(PARITY_TEXTS.values())
-
-
-def plugin_part(result: PoolingResult) -> SparseEmbeddingResponse:
-    """What the plugin answered, without vLLM's request id and time."""
-    return SparseEmbeddingResponse(data=result.data, usage=result.usage)
-
-
-def raw(server, data: dict) -> SparseEmbeddingResponse:
-    """The same request sent by hand, read into the response model."""
-    return SparseEmbeddingResponse.model_validate(pooling(server, data)["data"])
 
 
 @pytest.mark.parametrize(
@@ -181,8 +176,10 @@ def test_lexical_matching_score_on_client_results_equals_flagembeddings(server, 
 def test_truncate_prompt_tokens_and_request_id_reach_the_server(server):
     long_text = " ".join(["search"] * 400)
     sent = []
-    with SparseEmbeddingClient(server.url) as client:
-        client._http.event_hooks["request"].append(sent.append)
+    with (
+        httpx.Client(event_hooks={"request": [sent.append]}, timeout=60) as http,
+        SparseEmbeddingClient(server.url, http_client=http) as client,
+    ):
         got = client.embed(long_text, truncate_prompt_tokens=50, request_id="client-test-1")
     assert sent[0].headers["X-Request-Id"] == "client-test-1"
     assert got.request_id == "pooling-client-test-1"  # vLLM's id: its prefix and the id sent

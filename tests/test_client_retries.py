@@ -23,7 +23,7 @@ from bge_m3_sparse_plugin.client import (
     retry_delay,
 )
 
-from .test_client import plugin_part, raw
+from .support.requests import plugin_part, raw
 
 
 def test_retry_delay_doubles_and_follows_retry_after():
@@ -150,9 +150,9 @@ def test_a_request_waits_out_a_server_restart(server):
         ):
             client.embed("I love China")
         sent = []
-        client = SparseEmbeddingClient(server.url, retries=200, backoff=0.5, timeout=120)
-        client._http.event_hooks["request"].append(sent.append)
-        with client, ThreadPoolExecutor(1) as pool:
+        http = httpx.Client(event_hooks={"request": [sent.append]}, timeout=120)
+        client = SparseEmbeddingClient(server.url, retries=200, backoff=0.5, http_client=http)
+        with http, client, ThreadPoolExecutor(1) as pool:
             pending = pool.submit(client.embed, "I love China", return_dense=True, request_id="r-1")
             time.sleep(3)
             assert not pending.done() and len(sent) >= 2  # refused, and tried again

@@ -9,8 +9,7 @@ import pytest
 
 from bge_m3_sparse_plugin.client import SparseEmbeddingClient, SparseEmbeddingError
 
-from ._server import SERVED_MODEL_NAME
-from .conftest import API_KEY
+from .support.server import API_KEY, SERVED_MODEL_NAME
 
 pytestmark = pytest.mark.engine
 

@@ -69,10 +69,16 @@ def test_a_good_install_and_model_pass(model_dir):
         f"torch {torch.__version__}, {cuda}",
         "sparse_linear.pt: weight [1, 128], bias [1]",
         "colbert_linear.pt: weight [128, 128], bias [128]",
-        '--hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\'',
-        "maximum length: 1024 tokens",
     ):
         assert expected in ok, result.stdout
+    # What the user must act on is advice, not ok: the override and the length.
+    advice = "\n".join(lines(result, "advice"))
+    for expected in (
+        '--hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\'',
+        "maximum length: 1024 tokens",
+        "serve with --max-model-len 1024",
+    ):
+        assert expected in advice, result.stdout
     assert "0 problem(s): the plugin should work here" in result.stdout
 
 
@@ -84,8 +90,9 @@ def test_cpu_binding_is_advice_and_leaves_the_status_zero(monkeypatch):
     assert "CPU binding" in advice
     cores = os.cpu_count()
     assert (
-        f"fix: export VLLM_CPU_OMP_THREADS_BIND=0-{cores - 1} VLLM_CPU_NUM_OF_RESERVED_CPU=0"
-        in result.stdout
+        'fix: eval "$(bge-m3-sparse cpu-env)"   (prints: export '
+        f"VLLM_CPU_OMP_THREADS_BIND=0-{cores - 1} VLLM_CPU_NUM_OF_RESERVED_CPU=0 "
+        f"OMP_NUM_THREADS={cores})" in result.stdout
     )
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}")
     monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")

@@ -1,6 +1,6 @@
 """Pooled outputs to response items (embeddings.py), without vLLM: outputs laid
 out as vLLM's BgeM3EmbeddingModel lays them out, each item compared whole with
-FlagEmbedding's loop (tests/reference.py) and the dense slice it came from."""
+FlagEmbedding's loop (tests/support/reference.py) and the dense slice it came from."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from bge_m3_sparse_plugin.embeddings import Model, embedding_items
+from bge_m3_sparse_plugin._embeddings import Model, embedding_items
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest
 
-from .reference import reference_lexical_weights, reference_prune
+from .support.reference import reference_lexical_weights, reference_prune
 
 BOS, EOS, PAD, UNK = 0, 2, 1, 3
 HIDDEN = 4

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest, SparseEmbeddingResponse
 
-from ._server import SERVED_MODEL_NAME
-from .parity import assert_sparse_equal, flag_reference
-from .test_online import SEED_INPUT
+from .support.parity import assert_sparse_equal, flag_reference
+from .support.requests import SEED_INPUT
+from .support.server import SERVED_MODEL_NAME
 
 pytestmark = pytest.mark.engine
 

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from starlette.responses import PlainTextResponse
 
-from bge_m3_sparse_plugin.guard import MIDDLEWARE_MODULES, guard_model_routes
+from bge_m3_sparse_plugin.serving._guard import MIDDLEWARE_MODULES, guard_model_routes
 
 KEY = "k3y"
 UNAUTHORIZED = (401, {"error": "Unauthorized"})

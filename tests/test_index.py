@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ._index_corpus import (
+from .support.corpus import (
     BAD_JSONL_LINES,
     ROWS_PER_SHARD,
     index_cmd,
@@ -158,13 +158,14 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
 
 
 def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, tmp_path):
-    """A sink that cannot be reached fails the run after the engine started:
+    """A sink that fails its first load fails the run after the engine started:
     the engine's processes must be gone when run_job returns (by raising), not
     left to the interpreter's teardown, where vLLM's shutdown could abort."""
     import psutil
 
-    from bge_m3_sparse_plugin.index.engine import EncodeOptions, Encoder, EngineSettings
-    from bge_m3_sparse_plugin.index.job import Job, run_job
+    from bge_m3_sparse_plugin.index._engine import EncodeOptions, Encoder, EngineSettings
+    from bge_m3_sparse_plugin.index._job import Job, run_job
+    from bge_m3_sparse_plugin.index._local import LocalBackend
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text(
@@ -189,8 +190,18 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
         made.append(Encoder(str(model_dir), EncodeOptions(), EngineSettings(dtype="float32")))
         return made[-1]
 
-    def unreachable_sink(dense_size):
-        raise ConnectionRefusedError("[Errno 111] Connection refused: the sink's server is down")
+    class FailingSink:
+        """Reached when opened; its server gone by the first load."""
+
+        closed = False
+
+        def upsert(self, rows):
+            raise ConnectionRefusedError(
+                "[Errno 111] Connection refused: the sink's server is down"
+            )
+
+        def close(self):
+            FailingSink.closed = True
 
     def engine_processes() -> set[int]:
         """This process's children that vLLM names (VLLM::EngineCore, VLLM::Worker), alive."""
@@ -206,13 +217,49 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
         return found
 
     before = engine_processes()  # the session's offline engine may be running
+    backend = LocalBackend(job, [rows], make_encoder, 16)
     with pytest.raises(ConnectionRefusedError):
-        run_job(job, [rows], tmp_path / "out", make_encoder, 16, open_sink=unreachable_sink)
+        run_job(job, tmp_path / "out", backend, 5, None, open_sink=FailingSink)
     assert len(made) == 1  # the engine had started
+    assert FailingSink.closed
     # Stopped: the engine core at once; its worker notices and exits (on a
     # loaded machine, a moment later). Without the stop, both live on until
     # the interpreter's teardown.
     left = [psutil.Process(pid) for pid in engine_processes() - before]
     _, alive = psutil.wait_procs(left, timeout=30)
     assert alive == []
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == []  # no shard, no record
+    # The shard's file was written before the load failed; it is not recorded,
+    # so a re-run writes it again.
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["part-00000.parquet"]
+
+
+def test_a_sink_that_cannot_be_opened_stops_the_job_before_any_engine_starts(model_dir, tmp_path):
+    from bge_m3_sparse_plugin.index._engine import EncodeOptions
+    from bge_m3_sparse_plugin.index._job import Job, run_job
+    from bge_m3_sparse_plugin.index._local import LocalBackend
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"id": "a", "text": "text"}) + "\n")
+    job = Job(
+        str(model_dir),
+        [str(rows)],
+        [1],
+        "id",
+        "text",
+        10,
+        EncodeOptions(),
+        "float32",
+        None,
+        "0",
+        None,
+    )
+    made = []
+
+    def unreachable_sink():
+        raise ConnectionRefusedError("[Errno 111] Connection refused: the sink's server is down")
+
+    backend = LocalBackend(job, [rows], lambda: made.append(1), 16)
+    with pytest.raises(ConnectionRefusedError):
+        run_job(job, tmp_path / "out", backend, 1, None, open_sink=unreachable_sink)
+    assert made == []
+    assert list((tmp_path / "out").iterdir()) == []

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bge_m3_sparse_plugin.index.job import shards_of
-from bge_m3_sparse_plugin.index.output import (
+from bge_m3_sparse_plugin.index._local import shards_of
+from bge_m3_sparse_plugin.index._output import (
     ERRORS,
     Manifest,
     OutputMismatch,
@@ -23,7 +23,13 @@ from bge_m3_sparse_plugin.index.output import (
     read_errors,
     write_shard,
 )
-from bge_m3_sparse_plugin.index.reader import Row, check_text, count_rows, read_rows, resolve_inputs
+from bge_m3_sparse_plugin.index._reader import (
+    Row,
+    check_text,
+    count_rows,
+    read_rows,
+    resolve_inputs,
+)
 
 
 def rows_of(path: Path, **kw) -> list[tuple]:
@@ -214,7 +220,7 @@ def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
 def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
     error = "libtorch_cpu.so: cannot open shared object file"
     site = _site_where(tmp_path, "torch", state, error)
-    code = "from bge_m3_sparse_plugin.index.engine import on_gpu; print(on_gpu())"
+    code = "from bge_m3_sparse_plugin.index._engine import on_gpu; print(on_gpu())"
     result = _run_with(site, "-c", code)
     if state == "absent":
         assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr

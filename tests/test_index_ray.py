@@ -14,14 +14,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from bge_m3_sparse_plugin.index.cluster import (
-    RaySettings,
-    _claim_core_slot,
-    replica_cpu_env,
-    replica_plan,
-)
+from bge_m3_sparse_plugin._config import cpu_binding
+from bge_m3_sparse_plugin.index._ray import RaySettings, claim_core_slot, replica_plan
 
-from ._index_corpus import index_cmd, shard_stats
+from .support.corpus import index_cmd, shard_stats
 
 
 def _errors(out: Path) -> list[dict]:
@@ -112,7 +108,7 @@ def test_replicas_one_per_gpu_or_one_per_cores_per_replica_cores():
 
 
 def test_each_cpu_replica_binds_its_slots_cores_and_keeps_none_back():
-    assert [replica_cpu_env(slot, 4) for slot in (0, 1)] == [
+    assert [cpu_binding(4, first=slot * 4) for slot in (0, 1)] == [
         {
             "VLLM_CPU_OMP_THREADS_BIND": "0-3",
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
@@ -132,9 +128,9 @@ def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_p
     import ray
     import ray.data
 
-    from bge_m3_sparse_plugin.index.cluster import _dataset
-    from bge_m3_sparse_plugin.index.engine import EncodeOptions, EngineSettings
-    from bge_m3_sparse_plugin.index.job import Job
+    from bge_m3_sparse_plugin.index._engine import EncodeOptions, EngineSettings
+    from bge_m3_sparse_plugin.index._job import Job
+    from bge_m3_sparse_plugin.index._ray import dataset_for
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
@@ -147,7 +143,7 @@ def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_p
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         before = ray.data.DataContext.get_current().execution_options.preserve_order
-        dataset = _dataset(job, [rows], [1], frozenset(), EngineSettings(), RaySettings(), 8)
+        dataset = dataset_for(job, [rows], [1], frozenset(), EngineSettings(), RaySettings(), 8)
         after = ray.data.DataContext.get_current().execution_options.preserve_order
     finally:
         ray.shutdown()
@@ -161,12 +157,12 @@ def test_replicas_on_one_node_claim_different_cores_until_they_end():
         pytest.skip("one core: one slot")
     # A name of the test's own: a replica of a real job may hold the real ones.
     name = f"bge-m3-sparse-test-{os.getpid()}"
-    first, holder = _claim_core_slot(1, name)
-    second, other = _claim_core_slot(1, name)
+    first, holder = claim_core_slot(1, name)
+    second, other = claim_core_slot(1, name)
     assert holder is not None and other is not None
     assert first != second
     holder.close()  # a replica that ends frees its cores for the next one
-    again, third = _claim_core_slot(1, name)
+    again, third = claim_core_slot(1, name)
     assert again == first
     for sock in (other, third):
         sock.close()

@@ -14,9 +14,9 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from bge_m3_sparse_plugin.formats import lexical_matching_score
-from bge_m3_sparse_plugin.index.output import ShardRows
-from bge_m3_sparse_plugin.index.sinks import SPARSE_FIELD, SinkSpec, open_sink, parse_sink
+from bge_m3_sparse_plugin._formats import lexical_matching_score
+from bge_m3_sparse_plugin.index._output import ShardRows
+from bge_m3_sparse_plugin.index._sinks import SPARSE_FIELD, SinkSpec, open_sink, parse_sink
 
 pytestmark = pytest.mark.engine
 

@@ -18,7 +18,7 @@ import pytest
 
 from bge_m3_sparse_plugin.client import SparseEmbeddingClient
 
-from ._index_corpus import texts
+from .support.corpus import texts
 
 pytestmark = pytest.mark.engine
 
@@ -270,7 +270,7 @@ def test_haystack_pipeline_saved_with_its_key_loads_and_runs(keyed_server, truth
 
     from bge_m3_sparse_plugin.integrations.haystack import BgeM3SparseTextEmbedder
 
-    from .conftest import API_KEY
+    from .support.server import API_KEY
 
     monkeypatch.setenv("VLLM_API_KEY", API_KEY)
     pipeline = Pipeline()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bge_m3_sparse_plugin.limits import (
+from bge_m3_sparse_plugin._config import (
     DEFAULT_MAX_CHARS,
     DEFAULT_MAX_INPUTS,
     DEFAULT_MAX_PENDING,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from .parity import assert_dense_equal, assert_sparse_equal, flag_reference
-from .texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
+from .support.parity import assert_dense_equal, assert_sparse_equal, flag_reference
+from .support.texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
 

@@ -5,23 +5,16 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from ._server import SERVED_MODEL_NAME
-from .parity import assert_dense_equal, assert_sparse_equal, flag_reference
-from .texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
+from .support.parity import assert_dense_equal, assert_sparse_equal, flag_reference
+from .support.requests import (
+    SEED_INPUT,
+    pooling,
+    post,
+)
+from .support.server import SERVED_MODEL_NAME
+from .support.texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
-
-SEED_INPUT = ["I love China", "hi, bge-m3"]
-
-
-def post(server, body, **kw) -> httpx.Response:
-    return httpx.post(server.url + "/pooling", json=body, timeout=120, **kw)
-
-
-def pooling(server, data: dict, **extra) -> dict:
-    resp = post(server, {"model": SERVED_MODEL_NAME, "data": data, **extra})
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import re
 import numpy as np
 import pytest
 
-from ._server import SERVED_MODEL_NAME
-from .parity import ATOL, RTOL, flag_reference
-from .reference import reference_prune
-from .test_online import pooling, post
-from .texts import LONG_TEXT, PARITY_TEXTS
+from .support.parity import ATOL, RTOL, flag_reference
+from .support.reference import reference_prune
+from .support.requests import pooling, post
+from .support.server import SERVED_MODEL_NAME
+from .support.texts import LONG_TEXT, PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bge_m3_sparse_plugin.pending import IdInUse, PendingRequests, TooManyPending
+from bge_m3_sparse_plugin.serving._pending import IdInUse, PendingRequests, TooManyPending
 
 
 def test_keyed_and_removed_on_pop():

@@ -3,7 +3,7 @@
 Every ```python and ```bash block is accounted for:
 - a block that quotes an example file ("`examples/NAME.py`, which ..." or
   "From `examples/NAME.py`" just before it) is that file's lines, in order;
-- a server command is the command the tests' servers run (tests/_server.py);
+- a server command is the command the tests' servers run (tests/support/server.py);
 - a block followed by an output block is run (the curl lines against the
   tests' servers, on their ports; the offline example on the tests' model),
   and prints that output: the same text, request ids and times aside, and
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from ._server import SERVED_MODEL_NAME, server_command
+from .support.server import SERVED_MODEL_NAME, server_command
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -1,11 +1,11 @@
-"""The one hand copy of FlagEmbedding's per-token loop (tests/reference.py),
+"""The one hand copy of FlagEmbedding's per-token loop (tests/support/reference.py),
 checked line for line against the installed FlagEmbedding's source."""
 
 from __future__ import annotations
 
 import inspect
 
-from .reference import flagembedding_loop
+from .support.reference import flagembedding_loop
 
 
 def _loop_lines(source: str) -> list[str]:

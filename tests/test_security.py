@@ -18,10 +18,13 @@ from bge_m3_sparse_plugin.client import (
 )
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingResponse
 
-from ._server import SERVED_MODEL_NAME
-from .conftest import API_KEY
-from .test_online import SEED_INPUT
-from .test_reliability import assert_same_answer, check_concurrent_mixed_requests, pending_requests
+from .support.requests import (
+    SEED_INPUT,
+    assert_same_answer,
+    check_concurrent_mixed_requests,
+    pending_requests,
+)
+from .support.server import API_KEY, SERVED_MODEL_NAME
 
 pytestmark = pytest.mark.engine
 

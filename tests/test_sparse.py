@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bge_m3_sparse_plugin import sparse
-from bge_m3_sparse_plugin.sparse import (
+from bge_m3_sparse_plugin import _sparse as sparse
+from bge_m3_sparse_plugin._sparse import (
     lexical_weights,
     lexical_weights_batch,
     lexical_weights_flat_compiled,
@@ -19,7 +19,7 @@ from bge_m3_sparse_plugin.sparse import (
     split_pooled_outputs,
 )
 
-from .reference import reference_lexical_weights, reference_prune
+from .support.reference import reference_lexical_weights, reference_prune
 
 SKIP = frozenset({0, 1, 2, 3})  # <s>, <pad>, </s>, <unk>
 
@@ -253,10 +253,10 @@ def test_prune_equals_reference_on_random_input(sequences, top_k, min_weight):
 
 def test_compiled_pass_is_made_ready_in_the_background():
     code = (
-        "from bge_m3_sparse_plugin import sparse;"
+        "from bge_m3_sparse_plugin import _sparse as sparse;"
         "before = sparse.compiled_ready();"
-        "sparse.start_compiling(); sparse._compile_thread.join(120);"
-        "print(before, sparse.compiled_ready())"
+        "sparse.start_compiling();"
+        "print(before, sparse.wait_compiled(120))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert out.stdout.split() == ["False", "True"], out.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bge_m3_sparse_plugin.tiny_model import CALIBRATION_TEXTS, TinyModelSpec, build_tiny_model
 
-from .texts import PARITY_TEXTS
+from .support.texts import PARITY_TEXTS
 
 
 def _digest(path: Path) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bge_m3_sparse_plugin.tokens import TokenDecoder, special_token_ids
+from bge_m3_sparse_plugin._tokens import TokenDecoder, special_token_ids
 
 
 def test_special_ids_are_flagembeddings(tokenizer):

@@ -7,7 +7,7 @@ processor from a real ``VllmConfig`` and renderer; a request goes through
 parse_data -> pre_process -> merge_pooling_params -> post_process, online (in
 an asyncio task, post-processing in a thread, as vLLM's server does) and
 offline, on pooled outputs laid out as BgeM3EmbeddingModel lays them out, and
-each item is compared with FlagEmbedding's loop (tests/reference.py); each
+each item is compared with FlagEmbedding's loop (tests/support/reference.py); each
 call that vLLM's pooling path makes to a processor must bind to the plugin's
 method. Needs no conftest (the version script runs it with --noconftest).
 """
@@ -25,10 +25,10 @@ import pytest
 import torch
 
 from bge_m3_sparse_plugin import HF_OVERRIDES, __version__, installed_vllm_version
-from bge_m3_sparse_plugin.processor import BgeM3SparseProcessor
+from bge_m3_sparse_plugin.serving.processor import BgeM3SparseProcessor
 from bge_m3_sparse_plugin.tiny_model import build_tiny_model
 
-from .reference import reference_lexical_weights, reference_prune
+from .support.reference import reference_lexical_weights, reference_prune
 
 TEXTS = ["I love China", "hi, bge-m3", "China is a large country, and I love it"]
 
@@ -204,7 +204,7 @@ def test_a_full_map_is_a_503_and_evicts_nobody(processor, monkeypatch):
     from vllm.entrypoints.serve.exception_handling.error_response import create_error_response
     from vllm.exceptions import GracefulHTTPError
 
-    from bge_m3_sparse_plugin.pending import PendingRequests
+    from bge_m3_sparse_plugin.serving._pending import PendingRequests
 
     monkeypatch.setattr(processor, "pending", PendingRequests(max_size=1))
 

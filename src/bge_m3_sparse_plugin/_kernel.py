@@ -1,6 +1,6 @@
 """The lexical-weight pass compiled with numba, which vLLM itself depends on.
 
-Imported only by :mod:`bge_m3_sparse_plugin.sparse`, in a background thread
+Imported only by :mod:`bge_m3_sparse_plugin._sparse`, in a background thread
 or on demand: compiling takes about a second, and numba keeps the result in
 its cache for the next start.
 """

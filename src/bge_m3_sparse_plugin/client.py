@@ -21,7 +21,8 @@ import httpx
 from pydantic import ValidationError
 from typing_extensions import TypedDict, Unpack
 
-from .formats import SparseFormat, lexical_matching_score
+from ._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, KEEPALIVE_EXPIRY_S
+from ._formats import SparseFormat, lexical_matching_score
 from .schemas import (
     Input,
     SparseEmbeddingRequest,
@@ -43,18 +44,10 @@ __all__ = [
     "retry_delay",
 ]
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000"
-DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_RETRIES = 2  # after the first try: connection refused or reset, and 503s
 DEFAULT_BACKOFF_S = 0.5  # before the first retry; doubled for each next one
 MAX_DELAY_S = 30.0  # the longest wait between tries, a server's Retry-After included
 RETRY_STATUSES = frozenset({503})  # vLLM's engine is gone or a proxy's backend is down
-# vLLM's server closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE),
-# and so does httpx's pool, by default: a request sent on a connection just as
-# the server closes it is reset ("Connection reset by peer": 3 of 40 requests
-# sent 4.990 to 4.999 s after the last, none with 3 s here). The client lets
-# its connections go first.
-KEEPALIVE_EXPIRY_S = 3.0
 
 
 class PoolingResult(SparseEmbeddingResponse):

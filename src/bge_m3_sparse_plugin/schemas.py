@@ -17,7 +17,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from .formats import SparseFormat
+from ._formats import SparseFormat
 
 __all__ = [
     "IndicesValues",

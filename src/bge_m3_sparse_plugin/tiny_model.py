@@ -25,227 +25,33 @@ import argparse
 import json
 import string
 from dataclasses import asdict, dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CALIBRATION_TEXTS", "TinyModelSpec", "build_tiny_model"]
+__all__ = ["CALIBRATION_TEXTS", "WORDS", "TinyModelSpec", "build_tiny_model"]
 
 _SPECIAL = ["<s>", "<pad>", "</s>", "<unk>"]
 _MASK = "<mask>"
 
-_WORDS = [
-    "the",
-    "of",
-    "and",
-    "to",
-    "in",
-    "is",
-    "was",
-    "for",
-    "on",
-    "that",
-    "with",
-    "as",
-    "by",
-    "at",
-    "from",
-    "it",
-    "he",
-    "she",
-    "they",
-    "we",
-    "you",
-    "i",
-    "this",
-    "be",
-    "are",
-    "or",
-    "an",
-    "not",
-    "have",
-    "has",
-    "had",
-    "but",
-    "were",
-    "which",
-    "their",
-    "all",
-    "one",
-    "can",
-    "will",
-    "would",
-    "there",
-    "what",
-    "so",
-    "if",
-    "about",
-    "who",
-    "more",
-    "when",
-    "out",
-    "up",
-    "time",
-    "new",
-    "some",
-    "them",
-    "other",
-    "than",
-    "then",
-    "into",
-    "only",
-    "its",
-    "just",
-    "also",
-    "over",
-    "after",
-    "first",
-    "many",
-    "may",
-    "such",
-    "most",
-    "made",
-    "people",
-    "year",
-    "world",
-    "day",
-    "life",
-    "work",
-    "part",
-    "way",
-    "state",
-    "city",
-    "country",
-    "water",
-    "music",
-    "film",
-    "book",
-    "game",
-    "team",
-    "love",
-    "china",
-    "hi",
-    "hello",
-    "search",
-    "engine",
-    "query",
-    "document",
-    "vector",
-    "sparse",
-    "dense",
-    "model",
-    "text",
-    "embedding",
-    "token",
-    "weight",
-    "server",
-    "request",
-    "response",
-    "plugin",
-    "language",
-    "english",
-    "french",
-    "german",
-    "chinese",
-    "japanese",
-    "spanish",
-    "russian",
-    "data",
-    "retrieval",
-    "hybrid",
-    "score",
-    "rank",
-    "index",
-    "fast",
-    "slow",
-    "good",
-    "bad",
-    "big",
-    "small",
-    "long",
-    "short",
-    "high",
-    "low",
-    "old",
-    "young",
-    "open",
-    "close",
-    "left",
-    "right",
-    "red",
-    "blue",
-    "green",
-    "black",
-    "white",
-    "light",
-    "dark",
-    "sun",
-    "moon",
-    "star",
-    "sky",
-    "sea",
-    "river",
-    "tree",
-    "stone",
-    "fire",
-]
 
-_SUBWORDS = [
-    "ing",
-    "ed",
-    "er",
-    "es",
-    "s",
-    "ly",
-    "tion",
-    "ment",
-    "ness",
-    "able",
-    "ful",
-    "less",
-    "ge",
-    "un",
-    "re",
-    "in",
-    "pre",
-    "de",
-    "dis",
-    "en",
-    "ch",
-    "sh",
-    "th",
-    "ph",
-    "qu",
-    "st",
-    "tr",
-    "pl",
-    "br",
-    "gr",
-    "cr",
-    "fl",
-]
+def _load_data() -> dict[str, Any]:
+    # The word lists and calibration texts are a package data file, not code.
+    text = (
+        resources.files("bge_m3_sparse_plugin")
+        .joinpath("_data/tiny_model.json")
+        .read_text("utf-8")
+    )
+    data: dict[str, Any] = json.loads(text)
+    return data
 
-_MULTILINGUAL = (
-    "我爱中国你好世界文本向量检索模型日本語の東京"
-    "éèêëàâçîïôûüöäßñ"
-    "абвгдежзийклмнопрстуфхцчшщыьэюя"
-    "αβγδεζηθικλμνξοπρστυφχψω"
-    "ابتثجحخد"
-)
 
-# Calibration corpus: the sparse bias is set so that about half of the
-# tokens these texts produce get a positive weight.
-CALIBRATION_TEXTS = [
-    "I love China",
-    "hi, bge-m3",
-    "The search engine ranks every document by its sparse and dense score.",
-    "A hybrid retrieval model combines lexical weights with dense vectors.",
-    "我爱中国, 你好世界!",
-    "Le modèle de langue français et le texte allemand: schöne Grüße.",
-    "Поиск документов и векторов, быстрый и точный.",
-    "Open the water, close the light; the red sun and the blue sea.",
-    "Numbers 0123456789 and punctuation !?.,;:-()[]{} in one line.",
-    "Many people work in the city, some in the country, all of them every day.",
-]
+_DATA = _load_data()
+# The whole words of the vocabulary: each is one token of the small model.
+WORDS: tuple[str, ...] = tuple(_DATA["words"])
+# The sparse head's bias is set so that about half of the tokens these texts
+# produce get a positive weight.
+CALIBRATION_TEXTS: tuple[str, ...] = tuple(_DATA["calibration_texts"])
 
 
 @dataclass(frozen=True)
@@ -273,12 +79,12 @@ def _vocab() -> list[tuple[str, float]]:
             pieces.append(piece)
 
     add("▁")
-    for word in _WORDS:
+    for word in WORDS:
         add("▁" + word)
         add("▁" + word.capitalize())
-    for sub in _SUBWORDS:
+    for sub in _DATA["subwords"]:
         add(sub)
-    chars = string.ascii_letters + string.digits + string.punctuation + _MULTILINGUAL
+    chars = string.ascii_letters + string.digits + string.punctuation + _DATA["characters"]
     for ch in chars:
         add(ch)
         add("▁" + ch)
@@ -301,15 +107,26 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
     torch/transformers versions.
     """
     import torch
-    from transformers import XLMRobertaConfig, XLMRobertaModel
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-
     tokenizer = build_tokenizer()
     tokenizer.model_max_length = spec.max_position_embeddings - 2
     tokenizer.save_pretrained(out)
-    vocab_size = max(len(tokenizer), spec.vocab_size or 0)
+    torch.manual_seed(spec.seed)
+    model = _encoder(spec, max(len(tokenizer), spec.vocab_size or 0))
+    model.save_pretrained(out, safe_serialization=True)
+    sparse_linear, colbert_linear = _heads(model, tokenizer, spec)
+    torch.save(sparse_linear.state_dict(), out / "sparse_linear.pt")
+    torch.save(colbert_linear.state_dict(), out / "colbert_linear.pt")
+    (out / "tiny_model_spec.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
+    return out
+
+
+def _encoder(spec: TinyModelSpec, vocab_size: int) -> Any:
+    """A random XLM-RoBERTa encoder of ``spec``'s shape."""
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaModel
 
     config = XLMRobertaConfig(
         vocab_size=vocab_size,
@@ -326,7 +143,6 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
         architectures=["XLMRobertaModel"],
         torch_dtype="float32",  # type: ignore[call-arg]  # a config key, passed through **kwargs
     )
-    torch.manual_seed(spec.seed)
     model = XLMRobertaModel(config, add_pooling_layer=False).eval()
     # Random init leaves biases at 0 and LayerNorms at identity; give the
     # encoder some spread so that tokens in context differ from each other.
@@ -334,7 +150,13 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
         for name, param in model.named_parameters():
             if "embeddings" in name and param.dim() == 2:
                 param.normal_(0.0, 0.5)
-    model.save_pretrained(out, safe_serialization=True)
+    return model
+
+
+def _heads(model: Any, tokenizer: Any, spec: TinyModelSpec) -> tuple[Any, Any]:
+    """FlagEmbedding's sparse and ColBERT heads; the sparse bias calibrated so
+    that ``spec.target_positive_share`` of the calibration tokens weigh > 0."""
+    import torch
 
     hidden = spec.hidden_size
     sparse_linear = torch.nn.Linear(hidden, 1)
@@ -342,16 +164,12 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
     with torch.no_grad():
         sparse_linear.weight.normal_(0.0, 1.0 / hidden**0.5)
         sparse_linear.bias.zero_()
-        enc = tokenizer(CALIBRATION_TEXTS, padding=True, return_tensors="pt")
+        enc = tokenizer(list(CALIBRATION_TEXTS), padding=True, return_tensors="pt")
         states = model(**enc).last_hidden_state
         scores = sparse_linear(states).squeeze(-1)[enc["attention_mask"].bool()]
         threshold = torch.quantile(scores, 1.0 - spec.target_positive_share)
         sparse_linear.bias.fill_(-float(threshold))
-    torch.save(sparse_linear.state_dict(), out / "sparse_linear.pt")
-    torch.save(colbert_linear.state_dict(), out / "colbert_linear.pt")
-
-    (out / "tiny_model_spec.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
-    return out
+    return sparse_linear, colbert_linear
 
 
 def main(argv: list[str] | None = None) -> None:

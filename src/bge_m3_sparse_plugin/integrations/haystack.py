@@ -19,8 +19,8 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import SparseEmbedding
 from haystack.utils import Secret, deserialize_secrets_inplace
 
-from ..client import DEFAULT_BASE_URL
-from .remote import Remote
+from .._config import ADAPTER_BATCH_SIZE, DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
+from ._remote import Remote
 
 __all__ = ["BgeM3SparseDocumentEmbedder", "BgeM3SparseTextEmbedder"]
 
@@ -36,9 +36,9 @@ class _Settings:
         model: str | None = None,
         *,
         return_dense: bool = False,
-        batch_size: int = 64,
+        batch_size: int = ADAPTER_BATCH_SIZE,
         api_key: Secret | None = API_KEY_FROM_ENV,
-        timeout: float = 60.0,
+        timeout: float = DEFAULT_TIMEOUT_S,
         **request_options: Any,
     ) -> None:
         if isinstance(api_key, str):

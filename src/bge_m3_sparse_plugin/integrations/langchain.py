@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 
+from .._config import DEFAULT_BASE_URL
 from .._missing import is_missing
-from ..client import DEFAULT_BASE_URL
-from .remote import Remote
+from ._remote import Remote
 
 if TYPE_CHECKING:
     from ._langchain_milvus import BgeM3MilvusSparseEmbeddings

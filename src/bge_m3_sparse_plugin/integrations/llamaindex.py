@@ -24,8 +24,8 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import PrivateAttr
 
-from ..client import DEFAULT_BASE_URL
-from .remote import Remote
+from .._config import DEFAULT_BASE_URL
+from ._remote import Remote
 
 __all__ = ["BgeM3DenseEmbedding", "BgeM3Sparse"]
 

@@ -37,7 +37,7 @@ from typing import Any
 
 __all__ = ["MIDDLEWARE_MODULES", "OPEN_ROUTES", "guard_model_routes", "runs_model"]
 
-logger = logging.getLogger("vllm.plugins.bge_m3_sparse_plugin.guard")
+logger = logging.getLogger("vllm.plugins.bge_m3_sparse_plugin.serving._guard")
 
 # vLLM's routes that run no model and that it leaves open without a key:
 # probes, metrics, the version, the tokenizer, and FastAPI's own docs.

@@ -9,9 +9,10 @@ map_batches(Replica, concurrency=N) → the driver writes``:
   (a row's shard is its position in the whole input, over ``rows_per_shard``);
   rows of shards already done are dropped there;
 - each :class:`Replica` holds one ``vllm.LLM`` with the plugin, and runs
-  :func:`~.job.encode_rows`, the single-machine code, on its batches;
-- the driver receives the rows in input order (``preserve_order``) and writes
-  each shard once its last row is in, through :class:`~.job.ShardWriter`.
+  :func:`~._job.encode_rows`, the single-machine code, on its batches;
+- the driver receives the rows in input order (``preserve_order``) and
+  :class:`RayBackend` regroups them into shards for :func:`~._job.run_job`,
+  the writer loop of both backends.
 
 ``ray.data.llm`` is not used: its tasks are generate, embed, classify and
 score, it sends prompts straight to the engine, and vLLM runs IO-processor
@@ -20,20 +21,24 @@ plugins only in ``LLM.encode`` and ``/pooling``.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .engine import EncodeOptions, EngineSettings, on_gpu
-from .job import Job, ShardWriter, SinkLike, Summary, Vector, collect, open_output
-from .output import shard_name
-from .reader import Row, check_text, read_rows
+from .._config import cpu_binding
+from ._engine import EncodeOptions, EngineSettings, on_gpu
+from ._job import Job, ShardResults, Vector
+from ._output import vector_columns
+from ._reader import Row, check_text, read_rows
 
-__all__ = ["RaySettings", "replica_plan", "run_job_on_ray"]
+__all__ = ["RayBackend", "RaySettings", "claim_core_slot", "replica_plan"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,24 +67,16 @@ def replica_plan(
     return max(1, replicas), {"num_cpus": cores}
 
 
-def replica_cpu_env(slot: int, cores: int) -> dict[str, str]:
-    """vLLM's CPU binding for the replica holding core slot ``slot`` of its
-    node: its own ``cores`` cores, all computing, none kept back for a front
-    end (which halved throughput here)."""
-    return {
-        "VLLM_CPU_OMP_THREADS_BIND": f"{slot * cores}-{(slot + 1) * cores - 1}",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(cores),
-    }
-
-
-def _claim_core_slot(
+def claim_core_slot(
     cores: int, name: str = "bge-m3-sparse-cores"
 ) -> tuple[int, socket.socket | None]:
-    """The first core range no other replica on this node holds.
+    """The first range of ``cores`` cores that no other replica on this node
+    holds, and what holds it (keep it while the replica lives).
 
     A replica holds its range with an abstract Unix socket (Linux): the kernel
-    releases it when the process ends, and nothing is left on disk.
+    releases it when the process ends, and nothing is left on disk. When every
+    range is held (a node that tells Ray it has more CPUs than it has), the
+    replica shares the first range, and says so in its log.
     """
     total = os.cpu_count() or cores
     for slot in range(max(1, total // cores)):
@@ -90,6 +87,13 @@ def _claim_core_slot(
             holder.close()
             continue
         return slot, holder
+    logger.warning(
+        "bge-m3-sparse index: every range of %d cores on this node is held by another "
+        "replica; this one shares cores 0-%d (give --cores-per-replica or --replicas so "
+        "that they fit the node's cores)",
+        cores,
+        cores - 1,
+    )
     return 0, None
 
 
@@ -101,11 +105,11 @@ class Replica:
     ) -> None:
         self._slot_holder = None
         if cores is not None and not on_gpu():
-            slot, self._slot_holder = _claim_core_slot(cores)
+            slot, self._slot_holder = claim_core_slot(cores)
             # Before vLLM starts: its engine process inherits them.
-            os.environ.update(replica_cpu_env(slot, cores))
-        from .engine import Encoder
-        from .job import encode_rows
+            os.environ.update(cpu_binding(cores, first=slot * cores))
+        from ._engine import Encoder
+        from ._job import encode_rows
 
         self._encode_rows = encode_rows
         self.encoder = Encoder(model, options, settings)
@@ -123,6 +127,12 @@ class Replica:
         ]
         results = self._encode_rows(self.encoder, rows)
         vectors = [r if isinstance(r, Vector) else None for r in results]
+        vector = vector_columns(
+            [v.num_tokens if v else None for v in vectors],
+            [v.indices if v else None for v in vectors],
+            [v.values if v else None for v in vectors],
+            [v.dense if v else None for v in vectors],
+        )
         return pa.table(
             {
                 "id": pa.array(columns["id"], pa.string()),
@@ -132,16 +142,7 @@ class Replica:
                 "error": pa.array(
                     [r if isinstance(r, str) else None for r in results], pa.string()
                 ),
-                "num_tokens": pa.array([v.num_tokens if v else None for v in vectors], pa.int32()),
-                "indices": pa.array(
-                    [v.indices if v else None for v in vectors], pa.list_(pa.int32())
-                ),
-                "values": pa.array(
-                    [v.values if v else None for v in vectors], pa.list_(pa.float32())
-                ),
-                "dense": pa.array(
-                    [v.dense if v else None for v in vectors], pa.list_(pa.float32())
-                ),
+                **vector,
                 "ready_at": pa.array([self.ready_at] * len(rows), pa.float64()),
             }
         )
@@ -235,66 +236,49 @@ def _start_ray(settings: RaySettings) -> None:
         ray.init(include_dashboard=False, log_to_driver=settings.log_to_driver)
 
 
-def run_job_on_ray(
-    job: Job,
-    files: list[Path],
-    counts: list[int],
-    output: Path,
-    settings: EngineSettings,
-    ray_settings: RaySettings,
-    batch_size: int,
-    open_sink: Callable[[int | None], SinkLike] | None = None,
-    dense_size: int | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    on_start: Callable[[], None] | None = None,
-) -> Summary:
-    """:func:`~.job.run_job` on Ray Data, ``counts`` being each file's rows
-    (:func:`~.reader.count_rows`). Ray Data shows its bars (rows per
-    stage); ``progress(rows, tokens)`` is called for each shard skipped, then
-    ``on_start()`` when the first rows come back, then ``progress`` for each
-    shard written."""
+class RayBackend:
+    """Reads the input on this node and encodes it on Ray Data's replicas;
+    ``counts`` are each file's rows (:func:`~._reader.count_rows`)."""
 
-    manifest = open_output(output, job)
-    summary = Summary()
-    started, started_at = time.perf_counter(), time.time()
-    total = sum(counts)
-    n_shards = -(-total // job.rows_per_shard)
-    done = frozenset(i for i in range(n_shards) if shard_name(i) in manifest.shards)
-    summary.shards_skipped = len(done)
-    if progress:
-        for name in sorted(manifest.shards):
-            progress(manifest.shards[name].get("rows", 0), 0)
-    writer = ShardWriter(output, manifest, summary, dense_size, progress)
-    if len(done) < n_shards:
-        _start_ray(ray_settings)
-        dataset = _dataset(job, files, counts, done, settings, ray_settings, batch_size)
-        if open_sink is not None:
-            writer.sink = open_sink(dense_size)
-        ready: list[float] = []
+    def __init__(
+        self,
+        job: Job,
+        files: list[Path],
+        counts: list[int],
+        settings: EngineSettings,
+        ray_settings: RaySettings,
+        batch_size: int,
+    ) -> None:
+        self.job, self.files, self.counts = job, files, counts
+        self.settings, self.ray_settings, self.batch_size = settings, ray_settings, batch_size
+
+    def shards(
+        self, done: frozenset[int], ready: Callable[[float], None]
+    ) -> Generator[ShardResults, None, None]:
+        if len(done) >= -(-sum(self.counts) // self.job.rows_per_shard):
+            return  # all done: no Ray, no engine
+        _start_ray(self.ray_settings)
+        dataset = dataset_for(
+            self.job,
+            self.files,
+            self.counts,
+            done,
+            self.settings,
+            self.ray_settings,
+            self.batch_size,
+        )
 
         def batches() -> Iterator[Any]:
             for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
                 if len(batch):
-                    if not ready and on_start:
-                        on_start()  # the first rows are in: an engine is ready
                     table: Any = batch  # a pyarrow.Table (batch_format)
-                    ready.append(min(table.column("ready_at").to_pylist()))
+                    ready(min(table.column("ready_at").to_pylist()))
                 yield batch
 
-        for index, rows, results in _shards(batches()):
-            name = shard_name(index)
-            shard, errors = collect(rows, results, name, job.options.dense)
-            writer.write(name, len(rows), shard, errors)
-        if ready:
-            # As on one machine: the job's time from the first engine ready;
-            # Ray's and the engines' start apart.
-            summary.engine_seconds = max(0.0, min(ready) - started_at)
-    writer.finish()
-    summary.seconds = time.perf_counter() - started - summary.engine_seconds
-    return summary
+        yield from _shards(batches())
 
 
-def _dataset(
+def dataset_for(
     job: Job,
     files: list[Path],
     counts: list[int],

@@ -12,7 +12,7 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .index import command as index_command
+    from .index import _command as index_command
 
     parser = argparse.ArgumentParser(prog="bge-m3-sparse", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -35,13 +35,25 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument(
         "model", nargs="?", metavar="MODEL", help="a model folder or Hugging Face name"
     )
+    commands.add_parser(
+        "cpu-env",
+        help="print the export line that binds vLLM to every core of this machine",
+        description="Print the shell line that binds vLLM's CPU build to every core of this "
+        'machine, for eval "$(bge-m3-sparse cpu-env)". The index command binds its engine so '
+        "by itself.",
+    )
     args = parser.parse_args(argv)
     if args.command == "index":
         return index_command.run(args, index)
     if args.command == "doctor":
-        from . import doctor as doctor_module
+        from . import _doctor as doctor_module
 
         return doctor_module.run(args.model)
+    if args.command == "cpu-env":
+        from ._config import cpu_binding
+
+        print("export " + " ".join(f"{key}={value}" for key, value in cpu_binding().items()))
+        return 0
     parser.error(f"unknown command {args.command!r}")
     return 2
 

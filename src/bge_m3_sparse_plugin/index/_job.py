@@ -1,32 +1,38 @@
-"""The index job on one machine: rows in, shards out, resumable.
+"""The index job: rows in, shards out, resumable, whichever backend encodes.
 
 The input rows are cut into shards of ``rows_per_shard`` consecutive rows, in
 input order, so that shard N holds the same rows in every run: a resumed run
-reads past the shards the manifest records as done and does the others.
+skips the shards the manifest records as done. A backend (one machine:
+``_local.py``; Ray Data: ``_ray.py``) yields each shard's rows and results;
+:func:`run_job`, the one writer loop, writes them through :class:`ShardWriter`.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
-from itertools import islice
 from pathlib import Path
 from typing import Any, Protocol
 
-from .engine import Encoded, EncodeOptions
-from .output import (
+from ._engine import Encoded, EncodeOptions
+from ._output import (
     Manifest,
     ShardRows,
     append_errors,
     keep_errors,
+    shard_index,
     shard_name,
     write_shard,
 )
-from .reader import Row, check_text, read_rows
+from ._reader import Row, check_text
+from ._sinks import Sink
 
 __all__ = [
+    "Backend",
     "Job",
+    "Progress",
     "ShardWriter",
     "Summary",
     "Vector",
@@ -34,23 +40,15 @@ __all__ = [
     "encode_rows",
     "open_output",
     "run_job",
-    "shards_of",
 ]
 
 
 class EncoderLike(Protocol):
     max_tokens: int
-    hidden_size: int
 
     def tokenize(self, texts: list[str]) -> list[list[int]]: ...
 
     def encode(self, token_ids: list[list[int]]) -> Encoded: ...
-
-    def close(self) -> None: ...
-
-
-class SinkLike(Protocol):
-    def upsert(self, rows: ShardRows) -> None: ...
 
     def close(self) -> None: ...
 
@@ -89,13 +87,6 @@ class Summary:
     seconds: float = 0.0  # the job's, after the engine started
     engine_seconds: float = 0.0
     totals: dict[str, int] = field(default_factory=dict)  # the whole output, earlier runs included
-
-
-def shards_of(rows: Iterator[Row], rows_per_shard: int) -> Iterator[tuple[int, list[Row]]]:
-    index = 0
-    while chunk := list(islice(rows, rows_per_shard)):
-        yield index, chunk
-        index += 1
 
 
 def _error(row: Row, shard: str, reason: str) -> dict[str, Any]:
@@ -157,16 +148,6 @@ def collect(
     return out, errors
 
 
-def encode_shard(
-    encoder: EncoderLike, rows: list[Row], shard: str, batch_size: int, dense: bool
-) -> tuple[ShardRows, list[dict[str, Any]]]:
-    """Vectors for a shard's good rows, and an error for each bad one."""
-    results: list[Vector | str] = []
-    for start in range(0, len(rows), batch_size):
-        results.extend(encode_rows(encoder, rows[start : start + batch_size]))
-    return collect(rows, results, shard, dense)
-
-
 class ShardWriter:
     """Writes finished shards: the shard file, the sink, the error log, then
     the manifest (last, so that a shard is recorded only once all is done)."""
@@ -177,12 +158,13 @@ class ShardWriter:
         manifest: Manifest,
         summary: Summary,
         dense_size: int | None,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Progress | None = None,
+        sink: Sink | None = None,
     ) -> None:
         self.output, self.manifest, self.summary = output, manifest, summary
         self.dense_size = dense_size
         self.progress = progress
-        self.sink: SinkLike | None = None
+        self.sink = sink
 
     def write(self, name: str, rows: int, shard: ShardRows, errors: list[dict[str, Any]]) -> None:
         write_shard(self.output, name, shard, self.dense_size)
@@ -204,11 +186,9 @@ class ShardWriter:
         summary.errors += len(errors)
         summary.tokens += tokens
         if self.progress:
-            self.progress(rows, tokens)
+            self.progress.advance(rows, summary)
 
     def finish(self) -> None:
-        if self.sink is not None:
-            self.sink.close()
         if not self.manifest.shards:
             self.manifest.save(self.output)  # an empty corpus still leaves a manifest
         self.summary.totals = self.manifest.totals()
@@ -223,62 +203,86 @@ def open_output(output: Path, job: Job) -> Manifest:
     return manifest
 
 
+class Progress(Protocol):
+    """What the command shows while the job runs (its progress bar)."""
+
+    def skip(self, rows: int) -> None:
+        """Rows of shards done by an earlier run."""
+
+    def start(self) -> None:
+        """The first engine is ready."""
+
+    def advance(self, rows: int, summary: Summary) -> None:
+        """A shard of ``rows`` rows is written; ``summary`` counts all so far."""
+
+
+ShardResults = tuple[int, list[Row], list["Vector | str"]]
+
+
+class Backend(Protocol):
+    """Encodes the job's rows: one machine (``_local.py``) or Ray Data (``_ray.py``)."""
+
+    def shards(
+        self, done: frozenset[int], ready: Callable[[float], None]
+    ) -> Generator[ShardResults, None, None]:
+        """Each shard not in ``done``, in input order, as (index, rows, results),
+        with a result per row: its vectors, or why it is bad. Starts its
+        engines only when there is work, and calls ``ready(time.time())`` once
+        an engine is ready (Ray: for each batch, the time its replica's was).
+        Stops them when closed."""
+        ...
+
+
 def run_job(
     job: Job,
-    files: list[Path],
     output: Path,
-    make_encoder: Callable[[], EncoderLike],
-    batch_size: int,
-    progress: Callable[[int, int], None] | None = None,
-    on_engine_ready: Callable[[], None] | None = None,
-    open_sink: Callable[[int | None], SinkLike] | None = None,
+    backend: Backend,
+    total_rows: int,
+    dense_size: int | None,
+    open_sink: Callable[[], Sink] | None = None,
+    progress: Progress | None = None,
 ) -> Summary:
-    """Do the shards not done yet. ``progress(rows, tokens)`` after each shard,
-    done or skipped; ``on_engine_ready()`` once the engine has started (the
-    job's time is counted from there).
+    """Do the shards not done yet, and return what was done.
 
-    Raises :class:`~.output.OutputMismatch` before anything is written when
-    ``output`` holds another job's shards.
+    Raises :class:`~._output.OutputMismatch` before anything is written when
+    ``output`` holds another job's shards. The sink is opened before any
+    engine starts, so that an unreachable one stops the job at once.
     """
     manifest = open_output(output, job)
-    summary = Summary()
-    started = time.perf_counter()
-    engine_seconds = 0.0
-    encoder: EncoderLike | None = None
-    writer: ShardWriter | None = None
-    rows = read_rows(files, job.id_column, job.text_column)
+    done = frozenset(shard_index(name) for name in manifest.shards)
+    summary = Summary(shards_skipped=len(done))
+    if progress:
+        for record in manifest.shards.values():
+            progress.skip(record.get("rows", 0))
+    started_at = time.time()
+    ready_at: list[float] = []
+
+    def ready(at: float) -> None:
+        if not ready_at and progress:
+            progress.start()
+        ready_at.append(at)
+
+    sink = (
+        open_sink() if open_sink is not None and len(done) < _shard_count(job, total_rows) else None
+    )
     try:
-        for index, chunk in shards_of(rows, job.rows_per_shard):
-            name = shard_name(index)
-            if name in manifest.shards:
-                summary.shards_skipped += 1
-                if progress:
-                    progress(len(chunk), 0)
-                continue
-            if encoder is None:
-                # Only when there is work: a finished job starts no engine.
-                engine_started = time.perf_counter()
-                encoder = make_encoder()
-                engine_seconds = time.perf_counter() - engine_started
-                if on_engine_ready:
-                    on_engine_ready()
-                dense_size = encoder.hidden_size if job.options.dense else None
-                writer = ShardWriter(output, manifest, summary, dense_size, progress)
-                if open_sink is not None:
-                    writer.sink = open_sink(dense_size)
-            assert writer is not None
-            shard, errors = encode_shard(encoder, chunk, name, batch_size, job.options.dense)
-            writer.write(name, len(chunk), shard, errors)
-        if writer is None:
-            writer = ShardWriter(output, manifest, summary, None)
+        writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
+        with closing(backend.shards(done, ready)) as shards:
+            for index, rows, results in shards:
+                name = shard_name(index)
+                shard, errors = collect(rows, results, name, job.options.dense)
+                writer.write(name, len(rows), shard, errors)
         writer.finish()
     finally:
-        if encoder is not None:
-            # Stopped here on every way out (a sink or a shard that fails
-            # included), not by the interpreter's teardown, where vLLM's engine
-            # shutdown raced other threads and the process could abort (SIGABRT).
-            encoder.close()
-    # The job's time: from the engine ready to the last shard recorded.
-    summary.seconds = time.perf_counter() - started - engine_seconds
-    summary.engine_seconds = engine_seconds
+        if sink is not None:
+            sink.close()
+    # The job's time: from the first engine ready to the last shard recorded.
+    finished_at = time.time()
+    start = min(ready_at) if ready_at else finished_at
+    summary.engine_seconds = max(0.0, start - started_at) if ready_at else 0.0
+    summary.seconds = max(0.0, finished_at - start)
     return summary
+
+
+def _shard_count(job: Job, total_rows: int) -> int:
+    return -(-total_rows // job.rows_per_shard)

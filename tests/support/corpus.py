@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bge_m3_sparse_plugin.tiny_model import _WORDS
+from bge_m3_sparse_plugin.tiny_model import WORDS
 
 ROWS_PER_SHARD = 40
 N_PER_FORMAT = 100
@@ -21,7 +21,7 @@ N_PER_FORMAT = 100
 
 def texts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 120))) for _ in range(n)]
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 120))) for _ in range(n)]
 
 
 BAD_JSONL_LINES = [

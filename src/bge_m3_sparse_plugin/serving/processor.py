@@ -26,51 +26,35 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
-from .checks import (
+from .._checks import (
     DEFAULT_TASK,
     RequestError,
     Wants,
     check_lengths,
     check_limits,
     check_task,
+    max_tokens,
     prompts_for,
 )
-from .embeddings import Model, embedding_items
-from .guard import guard_model_routes
-from .limits import MAX_PENDING_ENV, Limits
-from .metrics import set_pending
-from .pending import IdInUse, PendingRequests, TooManyPending
-from .schemas import (
+from .._config import MAX_PENDING_ENV, Limits
+from .._embeddings import Model, embedding_items
+from .._sparse import start_compiling
+from .._tokens import TokenDecoder, special_token_ids
+from ..schemas import (
     SparseEmbeddingRequest,
     SparseEmbeddingResponse,
     SparseEmbeddingUsage,
     describe_validation_error,
 )
-from .sparse import start_compiling
-from .tokens import TokenDecoder, special_token_ids
+from ._guard import guard_model_routes
+from ._metrics import set_pending
+from ._pending import IdInUse, PendingRequests, TooManyPending
 
-__all__ = ["BgeM3SparseProcessor", "max_tokens"]
+__all__ = ["BgeM3SparseProcessor"]
 
 
 # A child of the "vllm" logger: our lines go where vLLM's go, at its level.
 logger = logging.getLogger("vllm.plugins." + __name__)
-
-
-def max_tokens(model_config: Any) -> int:
-    """The longest sequence the model can take.
-
-    (XLM-)RoBERTa numbers positions from ``pad_token_id + 1``, so it has
-    ``max_position_embeddings - pad_token_id - 1`` of them (8192 for
-    bge-m3), while vLLM 0.32 lets ``max_model_len`` reach
-    ``max_position_embeddings``: a longer prompt would index past the table.
-    """
-    limit = int(model_config.max_model_len)
-    hf_config = model_config.hf_config
-    max_positions = getattr(hf_config, "max_position_embeddings", None)
-    pad = getattr(hf_config, "pad_token_id", None)
-    if "roberta" in str(getattr(hf_config, "model_type", "")) and max_positions and pad is not None:
-        limit = min(limit, int(max_positions) - int(pad) - 1)
-    return limit
 
 
 @dataclass(frozen=True)

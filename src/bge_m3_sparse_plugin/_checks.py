@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, TypedDict
+from typing import Any, Literal, TypedDict
 
-from .limits import MAX_CHARS_ENV, MAX_INPUTS_ENV
+from ._config import MAX_CHARS_ENV, MAX_INPUTS_ENV
 
 __all__ = [
     "DEFAULT_TASK",
@@ -21,6 +21,8 @@ __all__ = [
     "check_limits",
     "check_task",
     "item_field",
+    "max_tokens",
+    "positions",
     "prompts_for",
 ]
 
@@ -145,3 +147,26 @@ def check_lengths(token_counts: Sequence[int], single: bool, max_tokens: int) ->
                 f"or send truncate_prompt_tokens <= {max_tokens}",
                 "data.input",
             )
+
+
+def positions(config: dict[str, Any]) -> int | None:
+    """How many token positions an (XLM-)RoBERTa config has, or None for another model.
+
+    (XLM-)RoBERTa numbers positions from ``pad_token_id + 1``, so it has
+    ``max_position_embeddings - pad_token_id - 1`` of them (8192 for
+    bge-m3), while vLLM 0.32 lets ``max_model_len`` reach
+    ``max_position_embeddings``: a longer prompt would index past the table.
+    """
+    max_positions, pad = config.get("max_position_embeddings"), config.get("pad_token_id")
+    if "roberta" in str(config.get("model_type", "")) and max_positions and pad is not None:
+        return int(max_positions) - int(pad) - 1
+    return None
+
+
+def max_tokens(model_config: Any) -> int:
+    """The longest sequence that vLLM's ``model_config`` lets the model take."""
+    limit = int(model_config.max_model_len)
+    hf_config = model_config.hf_config
+    keys = ("max_position_embeddings", "pad_token_id", "model_type")
+    longest = positions({key: getattr(hf_config, key, None) for key in keys})
+    return limit if longest is None else min(limit, longest)

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from .checks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
-from .formats import format_sparse
+from ._checks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
+from ._formats import format_sparse
+from ._sparse import lexical_weights_flat, prune, split_pooled_outputs
 from .schemas import SparseEmbedding, SparseEmbeddingItem, SparseEmbeddingRequest
-from .sparse import lexical_weights_flat, prune, split_pooled_outputs
 
 __all__ = ["Model", "embedding_items"]
 

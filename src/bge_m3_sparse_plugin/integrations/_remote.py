@@ -25,9 +25,14 @@ from typing import Any, Literal
 
 import httpx
 
-from ..client import (
+from .._config import (
+    ADAPTER_BATCH_SIZE,
     DEFAULT_BASE_URL,
     DEFAULT_TIMEOUT_S,
+    MAX_INPUTS_ENV,
+    max_inputs,
+)
+from ..client import (
     AsyncSparseEmbeddingClient,
     SparseEmbeddingClient,
     SparseEmbeddingError,
@@ -95,15 +100,17 @@ class Remote:
         *,
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_S,
-        batch_size: int = 64,
+        batch_size: int = ADAPTER_BATCH_SIZE,
         return_dense: bool = False,
         http_client: httpx.Client | None = None,
         async_http_client: httpx.AsyncClient | None = None,
         **request_options: Any,
     ) -> None:
-        if not 1 <= batch_size <= 1024:
+        cap = max_inputs()
+        if not 1 <= batch_size <= cap:
             raise ValueError(
-                f"batch_size must be 1 to 1024 (the plugin's inputs per request), got {batch_size}"
+                f"batch_size must be 1 to {cap} (the plugin's inputs per request, "
+                f"{MAX_INPUTS_ENV}), got {batch_size}"
             )
         for name in ("return_sparse", "return_dense", "sparse_format", "input"):
             if name in request_options:

