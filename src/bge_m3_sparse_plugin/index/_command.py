@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._config import DEFAULT_MAX_INPUTS, INDEX_VLLM_LOGGING_LEVEL, MAX_INPUTS_ENV, max_inputs
+from .._config import (
+    DEFAULT_MAX_INPUTS,
+    INDEX_VLLM_LOGGING_LEVEL,
+    MAX_INPUTS_ENV,
+    QUIET_WARNINGS,
+    max_inputs,
+)
 
 if TYPE_CHECKING:  # imported where used: the command starts before vLLM is imported
     from ._engine import EngineSettings
@@ -132,7 +138,7 @@ def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
         parser.error(f"--min-weight must be >= 0, got {args.min_weight}")
 
 
-class _Progress:
+class ProgressBar:
     """tqdm's bar from the moment the engine is ready: rows, documents/s and
     tokens/s counted as the summary counts them, from the same numbers."""
 
@@ -169,9 +175,12 @@ class _Progress:
     def close(self, summary: Summary | None) -> None:
         if self.bar is not None:
             if summary is not None:  # the last frame: the summary's own figures
-                self.bar.set_postfix_str(
-                    rates(summary.documents, summary.tokens, summary.seconds), False
+                figures = rates(summary.documents, summary.tokens, summary.seconds)
+                self.bar.bar_format = (
+                    "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} rows "
+                    f"[{summary.seconds:.1f} s, {figures}]"
                 )
+                self.bar.refresh()
             self.bar.close()
 
 
@@ -228,6 +237,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # vLLM logs its start-up (and CPU-build warnings) to stdout, around the
         # summary; --verbose shows them.
         os.environ.setdefault("VLLM_LOGGING_LEVEL", INDEX_VLLM_LOGGING_LEVEL)
+        # vLLM's CPU build uses a deprecated torch name as it imports, in this
+        # process and in its engine's (which inherits the variable).
+        os.environ.setdefault("PYTHONWARNINGS", QUIET_WARNINGS)
     from ._engine import hidden_size
     from ._job import run_job
     from ._output import OutputMismatch
@@ -244,7 +256,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     job, settings = _job(args, files, sink.describe() if sink else None)
     backend, total = _backend(args, job, files, settings)
     dense_size = hidden_size(job.model) if args.dense else None
-    progress = _Progress(total=total, enabled=not args.no_progress)
+    progress = ProgressBar(total=total, enabled=not args.no_progress)
     summary: Summary | None = None
     try:
         summary = run_job(
@@ -262,7 +274,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         progress.close(summary)
     assert summary is not None  # run_job returned
-    _print_summary(summary, output)
+    print_summary(summary, output)
     if sink is not None:
         print(f"loaded into {sink.describe()}")
     return 1 if summary.totals["errors"] and not args.allow_errors else 0
@@ -304,7 +316,7 @@ def _job(
     return job, settings
 
 
-def _print_summary(summary: Summary, output: Path) -> None:
+def print_summary(summary: Summary, output: Path) -> None:
     from ._output import ERRORS
 
     totals = summary.totals

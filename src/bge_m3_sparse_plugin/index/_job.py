@@ -267,21 +267,32 @@ def run_job(
     )
     try:
         writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
-        with closing(backend.shards(done, ready)) as shards:
-            for index, rows, results in shards:
-                name = shard_name(index)
-                shard, errors = collect(rows, results, name, job.options.dense)
-                writer.write(name, len(rows), shard, errors)
+        finished_at = _write_shards(job, backend.shards(done, ready), writer) or started_at
         writer.finish()
     finally:
         if sink is not None:
             sink.close()
-    # The job's time: from the first engine ready to the last shard recorded.
-    finished_at = time.time()
     start = min(ready_at) if ready_at else finished_at
-    summary.engine_seconds = max(0.0, start - started_at) if ready_at else 0.0
+    summary.engine_seconds = start - started_at if ready_at else 0.0
     summary.seconds = max(0.0, finished_at - start)
     return summary
+
+
+def _write_shards(
+    job: Job, shards: Generator[ShardResults, None, None], writer: ShardWriter
+) -> float | None:
+    """Write each shard the backend yields; the time the last one was recorded."""
+    finished_at = None
+    with closing(shards):
+        for index, rows, results in shards:
+            name = shard_name(index)
+            shard, errors = collect(rows, results, name, job.options.dense)
+            writer.write(name, len(rows), shard, errors)
+            # The job's time ends with the last shard recorded: the engines'
+            # shutdown (up to 5 s, which the backend runs as its last shard
+            # is taken) is not the job's.
+            finished_at = time.time()
+    return finished_at
 
 
 def _shard_count(job: Job, total_rows: int) -> int:

@@ -278,6 +278,12 @@ class RayBackend:
         yield from _shards(batches())
 
 
+def _file_items(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
+    """One item per file with rows: its path, and its first row's position in the input."""
+    offsets = [sum(counts[:i]) for i in range(len(files))]
+    return [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
+
+
 def dataset_for(
     job: Job,
     files: list[Path],
@@ -295,8 +301,7 @@ def dataset_for(
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     replicas, resources = replica_plan(nodes, ray_settings)
     cores = int(resources["num_cpus"]) if "num_gpus" not in resources else None
-    offsets = [sum(counts[:i]) for i in range(len(files))]
-    items = [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
+    items = _file_items(files, counts)
     dataset = (
         ray.data.from_items(items, override_num_blocks=max(1, len(items)))
         .map_batches(
