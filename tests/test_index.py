@@ -157,6 +157,26 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
     )
 
 
+def _job_of(model_dir, rows):
+    """The job of one JSONL file, in shards of 10 rows, on the tests' model."""
+    from bge_m3_sparse_plugin.index._engine import EncodeOptions
+    from bge_m3_sparse_plugin.index._job import Job
+
+    return Job(
+        model=str(model_dir),
+        inputs=[str(rows)],
+        input_sizes=[rows.stat().st_size],
+        id_column="id",
+        text_column="text",
+        rows_per_shard=10,
+        options=EncodeOptions(),
+        dtype="float32",
+        max_model_len=None,
+        plugin_version="0",
+        vllm_version=None,
+    )
+
+
 def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, tmp_path):
     """A sink that fails its first load fails the run after the engine started:
     the engine's processes must be gone when run_job returns (by raising), not
@@ -164,26 +184,14 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
     import psutil
 
     from bge_m3_sparse_plugin.index._engine import EncodeOptions, Encoder, EngineSettings
-    from bge_m3_sparse_plugin.index._job import Job, run_job
+    from bge_m3_sparse_plugin.index._job import run_job
     from bge_m3_sparse_plugin.index._local import LocalBackend
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text(
         "".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(5))
     )
-    job = Job(
-        str(model_dir),
-        [str(rows)],
-        [1],
-        "id",
-        "text",
-        10,
-        EncodeOptions(),
-        "float32",
-        None,
-        "0",
-        None,
-    )
+    job = _job_of(model_dir, rows)
     made: list[Encoder] = []
 
     def make_encoder() -> Encoder:
@@ -234,25 +242,12 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
 
 
 def test_a_sink_that_cannot_be_opened_stops_the_job_before_any_engine_starts(model_dir, tmp_path):
-    from bge_m3_sparse_plugin.index._engine import EncodeOptions
-    from bge_m3_sparse_plugin.index._job import Job, run_job
+    from bge_m3_sparse_plugin.index._job import run_job
     from bge_m3_sparse_plugin.index._local import LocalBackend
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "a", "text": "text"}) + "\n")
-    job = Job(
-        str(model_dir),
-        [str(rows)],
-        [1],
-        "id",
-        "text",
-        10,
-        EncodeOptions(),
-        "float32",
-        None,
-        "0",
-        None,
-    )
+    job = _job_of(model_dir, rows)
     made = []
 
     def unreachable_sink():

@@ -241,9 +241,44 @@ def test_the_progress_bars_last_frame_shows_the_summarys_figures(capsys):
     progress.start()
     summary = Summary(documents=150, rows=200, tokens=6000, seconds=2.5, shards_done=2)
     progress.advance(200, summary)
+    progress.bar.refresh()  # drawn at once (tqdm draws at most every 0.1 s)
     progress.close(summary)
-    bar = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()[-1]
-    assert bar.endswith("| 300/300 rows [2.5 s, 60.0 documents/s, 2,400 tokens/s]"), bar
+    frames = capsys.readouterr().err.replace("\r", "\n").strip().splitlines()
+    # While it runs: the rows, and the speeds counted from the summary's counts.
+    assert "| 300/300 rows [00:00<00:00, " in frames[-2] and "tokens/s]" in frames[-2], frames
+    assert frames[-1].endswith("| 300/300 rows [2.5 s, 60.0 documents/s, 2,400 tokens/s]"), frames
     summary.totals = {"documents": 150, "errors": 0}
     print_summary(summary, Path("out"))
     assert "in 2.5 s: 60.0 documents/s, 2,400 tokens/s;" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("limit", "batch", "refused"),
+    [(None, 1024, False), (None, 1025, True), ("8", 8, False), ("8", 9, True)],
+)
+def test_the_batch_size_cap_is_the_servers_max_inputs(monkeypatch, capsys, limit, batch, refused):
+    """--batch-size is capped by BGE_M3_SPARSE_MAX_INPUTS, as the plugin's
+    requests are, and as the adapters' batch_size is."""
+    from bge_m3_sparse_plugin._cli import build_parser
+    from bge_m3_sparse_plugin.index._command import check_arguments
+    from bge_m3_sparse_plugin.integrations._remote import Remote
+
+    if limit is not None:
+        monkeypatch.setenv("BGE_M3_SPARSE_MAX_INPUTS", limit)
+    parser = build_parser()
+    args = parser.parse_args(
+        ["index", "in.jsonl", "out", "--model", "m", "--batch-size", str(batch)]
+    )
+    if refused:
+        with pytest.raises(SystemExit):
+            check_arguments(args, args.parser)
+        cap = limit or "1024"
+        assert (
+            f"--batch-size must be <= {cap} (the plugin's inputs per request, BGE_M3_SPARSE_MAX_INPUTS), got {batch}"
+            in capsys.readouterr().err
+        )
+        with pytest.raises(ValueError, match=f"batch_size must be 1 to {cap} "):
+            Remote(batch_size=batch)
+    else:
+        check_arguments(args, args.parser)
+        assert Remote(batch_size=batch).batch_size == batch

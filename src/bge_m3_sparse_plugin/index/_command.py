@@ -114,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if len(args.paths) < 2:
         parser.error("give at least one INPUT and the OUTPUT folder")
     for name, value, low in (
@@ -232,7 +232,7 @@ def _backend(args: argparse.Namespace, job: Job, files: list[Path], settings: An
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    _check(args, parser)
+    check_arguments(args, parser)
     if not args.verbose:
         # vLLM logs its start-up (and CPU-build warnings) to stdout, around the
         # summary; --verbose shows them.
