@@ -166,3 +166,17 @@ def test_replicas_on_one_node_claim_different_cores_until_they_end():
     assert again == first
     for sock in (other, third):
         sock.close()
+
+
+def test_the_read_tasks_get_absolute_paths(tmp_path, monkeypatch):
+    """On an existing cluster (--ray-address) a read task's working folder is
+    not the command's: a relative INPUT was FileNotFoundError there (found on
+    a two-node cluster started with `ray start`)."""
+    from bge_m3_sparse_plugin.index._ray import file_items
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in").mkdir()
+    assert file_items([Path("in/a.jsonl"), Path("in/b.jsonl"), Path("in/c.jsonl")], [3, 0, 2]) == [
+        {"path": str(tmp_path / "in" / "a.jsonl"), "offset": 0},
+        {"path": str(tmp_path / "in" / "c.jsonl"), "offset": 3},
+    ]

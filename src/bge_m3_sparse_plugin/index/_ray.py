@@ -278,10 +278,11 @@ class RayBackend:
         yield from _shards(batches())
 
 
-def _file_items(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
+def file_items(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
     """One item per file with rows: its path, and its first row's position in the input."""
     offsets = [sum(counts[:i]) for i in range(len(files))]
-    return [{"path": str(p), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
+    # Absolute: the read tasks run in Ray workers, whose working folder is not the command's.
+    return [{"path": str(p.resolve()), "offset": o} for p, o, n in zip(files, offsets, counts) if n]
 
 
 def dataset_for(
@@ -301,7 +302,7 @@ def dataset_for(
     nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
     replicas, resources = replica_plan(nodes, ray_settings)
     cores = int(resources["num_cpus"]) if "num_gpus" not in resources else None
-    items = _file_items(files, counts)
+    items = file_items(files, counts)
     dataset = (
         ray.data.from_items(items, override_num_blocks=max(1, len(items)))
         .map_batches(
