@@ -105,6 +105,7 @@ def test_rerun_skips_every_shard_and_rewrites_none(first_run, model_dir, corpus)
     result = run(index_cmd(model_dir, corpus, out, "--allow-errors", "--no-progress"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"0 shards written, {len(before)} already done" in result.stdout
+    assert "engine start" not in result.stdout  # a finished job starts no engine
     assert shard_stats(out) == before
 
 

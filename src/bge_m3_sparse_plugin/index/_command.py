@@ -127,9 +127,10 @@ def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -
     ):
         if value is not None and value < low:
             parser.error(f"{name} must be >= {low}, got {value}")
-    if args.batch_size > max_inputs():
+    cap = max_inputs()
+    if args.batch_size > cap:
         parser.error(
-            f"--batch-size must be <= {max_inputs()} (the plugin's inputs per request, "
+            f"--batch-size must be <= {cap} (the plugin's inputs per request, "
             f"{MAX_INPUTS_ENV}), got {args.batch_size}"
         )
     if (args.replicas or args.cores_per_replica) and not (args.ray or args.ray_address):

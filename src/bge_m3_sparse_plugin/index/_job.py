@@ -262,12 +262,14 @@ def run_job(
             progress.start()
         ready_at.append(at)
 
-    sink = (
-        open_sink() if open_sink is not None and len(done) < _shard_count(job, total_rows) else None
-    )
+    # A finished job opens no sink and asks no backend (no Ray, no engine).
+    work = len(done) < -(-total_rows // job.rows_per_shard)
+    sink = open_sink() if open_sink is not None and work else None
     try:
         writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
-        finished_at = _write_shards(job, backend.shards(done, ready), writer) or started_at
+        finished_at = started_at
+        if work:
+            finished_at = _write_shards(job, backend.shards(done, ready), writer) or started_at
         writer.finish()
     finally:
         if sink is not None:
@@ -293,7 +295,3 @@ def _write_shards(
             # is taken) is not the job's.
             finished_at = time.time()
     return finished_at
-
-
-def _shard_count(job: Job, total_rows: int) -> int:
-    return -(-total_rows // job.rows_per_shard)

@@ -255,8 +255,6 @@ class RayBackend:
     def shards(
         self, done: frozenset[int], ready: Callable[[float], None]
     ) -> Generator[ShardResults, None, None]:
-        if len(done) >= -(-sum(self.counts) // self.job.rows_per_shard):
-            return  # all done: no Ray, no engine
         _start_ray(self.ray_settings)
         dataset = dataset_for(
             self.job,
