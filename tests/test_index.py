@@ -209,6 +209,9 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
                 "[Errno 111] Connection refused: the sink's server is down"
             )
 
+        def finish(self):
+            raise AssertionError("finish() after a shard failed to load")
+
         def close(self):
             FailingSink.closed = True
 

@@ -15,27 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from bge_m3_sparse_plugin._formats import lexical_matching_score
-from bge_m3_sparse_plugin.index._output import ShardRows
 from bge_m3_sparse_plugin.index._sinks import SPARSE_FIELD, SinkSpec, open_sink, parse_sink
+
+from .support.corpus import shard_rows
 
 pytestmark = pytest.mark.engine
 
 KINDS = ["milvus-lite", "qdrant"]
-
-
-def shards(out) -> list[ShardRows]:
-    result = []
-    for path in sorted(out.glob("part-*.parquet")):
-        table = pq.read_table(path).to_pydict()
-        result.append(
-            ShardRows(
-                ids=table["id"],
-                indices=table["indices"],
-                values=table["values"],
-                num_tokens=table["num_tokens"],
-            )
-        )
-    return result
 
 
 def count(kind: str, sink) -> int:
@@ -77,7 +63,7 @@ def loaded(request, first_run, tmp_path):
     out, _ = first_run
     target = tmp_path / ("milvus.db" if kind == "milvus-lite" else "qdrant")
     sink = open_sink(SinkSpec(kind, str(target), "docs"), dense_size=None)
-    rows = shards(out)
+    rows = shard_rows(out)
     for shard in rows:
         sink.upsert(shard)
     sink.upsert(rows[0])

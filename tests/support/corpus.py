@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from bge_m3_sparse_plugin.index._output import ShardRows
 from bge_m3_sparse_plugin.tiny_model import WORDS
 
 ROWS_PER_SHARD = 40
@@ -69,20 +70,27 @@ def make_corpus(folder: Path) -> dict:
     }
 
 
-def index_cmd(model_dir: Path, corpus: dict, out: Path, *extra: str) -> list[str]:
+def index_cmd(
+    model_dir: Path,
+    corpus: dict | Path,
+    out: Path,
+    *extra: str,
+    rows_per_shard: int = ROWS_PER_SHARD,
+) -> list[str]:
+    """The command on ``corpus`` (the generated corpus's folder, or a file)."""
     return [
         sys.executable,
         "-m",
         "bge_m3_sparse_plugin",
         "index",
-        str(corpus["folder"]),
+        str(corpus["folder"] if isinstance(corpus, dict) else corpus),
         str(out),
         "--model",
         str(model_dir),
         "--dtype",
         "float32",
         "--rows-per-shard",
-        str(ROWS_PER_SHARD),
+        str(rows_per_shard),
         "--batch-size",
         "16",
         *extra,
@@ -99,6 +107,23 @@ def read_output(out: Path) -> dict[str, dict]:
     by_id = {row["id"]: row for row in rows}
     assert len(by_id) == len(rows), "an id appears twice"
     return by_id
+
+
+def shard_rows(out: Path) -> list[ShardRows]:
+    """Each shard of ``out`` as the sinks get it, in order."""
+    result = []
+    for path in sorted(out.glob("part-*.parquet")):
+        table = pq.read_table(path).to_pydict()
+        result.append(
+            ShardRows(
+                ids=table["id"],
+                indices=table["indices"],
+                values=table["values"],
+                num_tokens=table["num_tokens"],
+                dense=table.get("dense"),
+            )
+        )
+    return result
 
 
 def shard_stats(out: Path) -> dict[str, tuple[int, int]]:

@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sink",
         metavar="KIND:TARGET",
         help="also load the vectors into milvus-lite:PATH, qdrant:PATH (both "
-        "in-process), milvus:URI or qdrant:URL (servers)",
+        "in-process), milvus:URI, qdrant:URL or postgresql://USER@HOST:PORT/DB (servers)",
     )
     parser.add_argument(
         "--collection",
@@ -241,11 +241,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # vLLM's CPU build uses a deprecated torch name as it imports, in this
         # process and in its engine's (which inherits the variable).
         os.environ.setdefault("PYTHONWARNINGS", QUIET_WARNINGS)
-    from ._engine import hidden_size
+    from ._engine import hidden_size, vocab_size
     from ._job import run_job
     from ._output import OutputMismatch
     from ._reader import resolve_inputs
-    from ._sinks import open_sink, parse_sink
+    from ._sinks import SinkError, open_reporting_sink, parse_sink
+    from ._sinks import notes as sink_notes
 
     *inputs, out = args.paths
     output = Path(out)
@@ -255,6 +256,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     job, settings = _job(args, files, sink.describe() if sink else None)
+    for note in sink_notes(sink, args.top_k) if sink else []:
+        print(f"bge-m3-sparse index: {note}", file=sys.stderr)
     backend, total = _backend(args, job, files, settings)
     dense_size = hidden_size(job.model) if args.dense else None
     progress = ProgressBar(total=total, enabled=not args.no_progress)
@@ -266,16 +269,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             backend,
             total,
             dense_size,
-            (lambda: open_sink(sink, dense_size)) if sink else None,
+            (lambda: open_reporting_sink(sink, dense_size, vocab_size(job.model), args.top_k))
+            if sink
+            else None,
             progress,
         )
     except OutputMismatch as exc:
         print(f"bge-m3-sparse index: refused: {exc}", file=sys.stderr)
         return 2
+    except SinkError as exc:
+        print(f"bge-m3-sparse index: {exc}", file=sys.stderr)
+        return 1
     finally:
         progress.close(summary)
     assert summary is not None  # run_job returned
     print_summary(summary, output)
+    for line in backend.describe():
+        print(line)
     if sink is not None:
         print(f"loaded into {sink.describe()}")
     return 1 if summary.totals["errors"] and not args.allow_errors else 0

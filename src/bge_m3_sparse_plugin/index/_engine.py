@@ -17,7 +17,15 @@ from .._checks import max_tokens
 from .._config import cpu_binding, engine_kwargs
 from .._missing import is_missing
 
-__all__ = ["EncodeOptions", "Encoded", "Encoder", "EngineSettings", "hidden_size", "on_gpu"]
+__all__ = [
+    "EncodeOptions",
+    "Encoded",
+    "Encoder",
+    "EngineSettings",
+    "hidden_size",
+    "on_gpu",
+    "vocab_size",
+]
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,13 @@ def hidden_size(model: str) -> int:
     from transformers import AutoConfig
 
     return int(AutoConfig.from_pretrained(model).hidden_size)
+
+
+def vocab_size(model: str) -> int:
+    """How many token ids the model has: a sparse vector's dimension."""
+    from transformers import AutoConfig
+
+    return int(AutoConfig.from_pretrained(model).vocab_size)
 
 
 class Encoder:

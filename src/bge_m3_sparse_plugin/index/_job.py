@@ -232,6 +232,10 @@ class Backend(Protocol):
         Stops them when closed."""
         ...
 
+    def describe(self) -> list[str]:
+        """Lines for the summary on where the work ran (Ray: each replica's node)."""
+        ...
+
 
 def run_job(
     job: Job,
@@ -270,6 +274,8 @@ def run_job(
         finished_at = started_at
         if work:
             finished_at = _write_shards(job, backend.shards(done, ready), writer) or started_at
+            if sink is not None:  # every shard loaded: what is built once (an index)
+                sink.finish()
         writer.finish()
     finally:
         if sink is not None:

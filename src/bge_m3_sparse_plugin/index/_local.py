@@ -34,6 +34,9 @@ class LocalBackend:
         self.job, self.files = job, files
         self.make_encoder, self.batch_size = make_encoder, batch_size
 
+    def describe(self) -> list[str]:
+        return []  # one engine, here: the summary says all
+
     def shards(
         self, done: frozenset[int], ready: Callable[[float], None]
     ) -> Generator[ShardResults, None, None]:
