@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up (once) and run every test: unit tests, then a real vLLM engine, real
-# vLLM servers and a real FlagEmbedding; then, when no test is named, the
-# interface tests with the CUDA builds of vLLM 0.33 and 0.34 (their own venv).
+# vLLM servers and a real FlagEmbedding; then, when no test is named, the Ray
+# tests on the oldest Ray allowed (2.50) and the interface tests with the CUDA
+# builds of vLLM 0.33 and 0.34 (their own venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -17,4 +18,5 @@ for arg in "$@"; do
     *) exit 0 ;;  # tests named: those only
   esac
 done
+bash scripts/test_ray_versions.sh -q
 bash scripts/test_vllm_versions.sh -q

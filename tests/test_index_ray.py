@@ -15,7 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from bge_m3_sparse_plugin._config import cpu_binding
-from bge_m3_sparse_plugin.index._ray import RaySettings, claim_core_slot, replica_plan
+from bge_m3_sparse_plugin.index._ray import (
+    Placement,
+    RayBackend,
+    RaySettings,
+    block_bytes,
+    claim_core_slot,
+    replica_plan,
+    start_ray,
+)
 
 from .support.corpus import index_cmd, shard_stats
 
@@ -64,7 +72,7 @@ def test_ray_resumes_a_single_machine_output_and_equals_it(first_run, corpus, mo
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert result.returncode == 1, result.stderr[-3000:]  # the bad rows, as on one machine
     assert "3 shards written, 5 already done" in result.stdout, result.stdout
-    assert (home / ".ray" / "auth_token").exists()  # Ray ran, and wrote here
+    assert "starting a local Ray on this machine" in result.stderr
     # The binding the replica's engine really got, as vLLM's CPU worker logs it:
     # the node's first cores_per_replica cores (the default: all of them), none reserved.
     cores = os.cpu_count() or 1
@@ -141,15 +149,22 @@ def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_p
         "model", [str(rows)], [1], "id", "text", 10, EncodeOptions(), "float32", None, "0", None
     )
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    said: list[str] = []
     try:
         before = ray.data.DataContext.get_current().execution_options.preserve_order
         dataset = dataset_for(job, [rows], [1], frozenset(), EngineSettings(), RaySettings(), 8)
         after = ray.data.DataContext.get_current().execution_options.preserve_order
+        # A connection the caller made is used as it is, and the command says so.
+        start_ray(RaySettings(address="127.0.0.1:1"), said.append)
+        assert ray.is_initialized()
     finally:
         ray.shutdown()
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert dataset.context.execution_options.preserve_order is True
     assert after == before is False
+    assert said == ["using this process's Ray connection (ray.init was called before)"]
+    # Blocks of about one batch (8 rows of this file), not Ray's 128 MiB.
+    assert dataset.context.target_max_block_size == block_bytes([rows], [1], 8) < 2**20
 
 
 def test_replicas_on_one_node_claim_different_cores_until_they_end():
@@ -180,3 +195,43 @@ def test_the_read_tasks_get_absolute_paths(tmp_path, monkeypatch):
         {"path": str(tmp_path / "in" / "a.jsonl"), "offset": 0},
         {"path": str(tmp_path / "in" / "c.jsonl"), "offset": 3},
     ]
+
+
+def test_when_every_core_range_is_held_a_replica_shares_the_first_and_the_command_says_so(
+    capsys,
+):
+    """Nodes that tell Ray they have more CPUs than the machine: the replica
+    that finds no free range binds the first beside another (no holder), and
+    the driver warns once and marks it SHARED in the summary."""
+    import pyarrow as pa
+
+    name = f"bge-m3-sparse-test-full-{os.getpid()}"
+    held = [claim_core_slot(1, name) for _ in range(os.cpu_count() or 1)]
+    assert sorted(slot for slot, _ in held) == list(range(os.cpu_count() or 1))
+    assert claim_core_slot(1, name) == (0, None)  # none free: the first, and nothing held
+    for _, holder in held:
+        holder.close()
+    backend = RayBackend.__new__(RayBackend)
+    backend.placements = {}
+    batch = pa.table(
+        {
+            "node": ["a" * 56, "a" * 56, "b" * 56],
+            "pid": [11, 11, 12],
+            "cores": ["0-0", "0-0", "0-0"],
+            "shared": [False, False, True],
+        }
+    )
+    backend._note_placements(batch)
+    backend._note_placements(batch)  # the same replicas again: warned of once
+    warned = capsys.readouterr().err.splitlines()
+    assert warned == [
+        "bge-m3-sparse index: warning: the replica on node bbbbbbbbbbbb pid 12 cores 0-0 "
+        "(SHARED with another replica): every range of its machine's cores was held by another "
+        "replica, so it binds the first range beside one (give --replicas or --cores-per-replica "
+        "so that the replicas fit the machine's cores)"
+    ]
+    assert backend.describe() == [
+        "replicas: 2 on 2 Ray nodes: node aaaaaaaaaaaa pid 11 cores 0-0; "
+        "node bbbbbbbbbbbb pid 12 cores 0-0 (SHARED with another replica)"
+    ]
+    assert Placement("c" * 56, 13, "gpu").describe() == "node cccccccccccc pid 13 a GPU"

@@ -21,9 +21,9 @@ plugins only in ``LLM.encode`` and ``/pooling``.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
@@ -36,9 +36,15 @@ from ._job import Job, ShardResults, Vector
 from ._output import vector_columns
 from ._reader import Row, check_text, read_rows
 
-__all__ = ["RayBackend", "RaySettings", "claim_core_slot", "replica_plan"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "Placement",
+    "RayBackend",
+    "RaySettings",
+    "block_bytes",
+    "claim_core_slot",
+    "replica_plan",
+    "start_ray",
+]
 
 
 @dataclass(frozen=True)
@@ -74,9 +80,12 @@ def claim_core_slot(
     holds, and what holds it (keep it while the replica lives).
 
     A replica holds its range with an abstract Unix socket (Linux): the kernel
-    releases it when the process ends, and nothing is left on disk. When every
-    range is held (a node that tells Ray it has more CPUs than it has), the
-    replica shares the first range, and says so in its log.
+    releases it when the process ends, and nothing is left on disk. Abstract
+    sockets are per network namespace, so two Ray nodes started on one machine
+    see each other's ranges. When every range is held (nodes that tell Ray
+    they have more CPUs than the machine has), the replica shares the first
+    range and gets no holder: its :class:`Placement` says ``shared``, and the
+    command warns.
     """
     total = os.cpu_count() or cores
     for slot in range(max(1, total // cores)):
@@ -87,14 +96,22 @@ def claim_core_slot(
             holder.close()
             continue
         return slot, holder
-    logger.warning(
-        "bge-m3-sparse index: every range of %d cores on this node is held by another "
-        "replica; this one shares cores 0-%d (give --cores-per-replica or --replicas so "
-        "that they fit the node's cores)",
-        cores,
-        cores - 1,
-    )
     return 0, None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one replica ran: its Ray node, its process, and the cores it bound."""
+
+    node: str  # the Ray node id (hex)
+    pid: int
+    cores: str  # "2-3" on CPUs; "gpu" on a GPU
+    shared: bool = False  # every core range of its machine was held: it shares the first
+
+    def describe(self) -> str:
+        cores = "a GPU" if self.cores == "gpu" else f"cores {self.cores}"
+        shared = " (SHARED with another replica)" if self.shared else ""
+        return f"node {self.node[:12]} pid {self.pid} {cores}{shared}"
 
 
 class Replica:
@@ -103,11 +120,21 @@ class Replica:
     def __init__(
         self, model: str, options: EncodeOptions, settings: EngineSettings, cores: int | None
     ) -> None:
+        import ray
+
         self._slot_holder = None
+        where = "gpu"
+        shared = False
         if cores is not None and not on_gpu():
             slot, self._slot_holder = claim_core_slot(cores)
+            shared = self._slot_holder is None
+            binding = cpu_binding(cores, first=slot * cores)
+            where = binding["VLLM_CPU_OMP_THREADS_BIND"]
             # Before vLLM starts: its engine process inherits them.
-            os.environ.update(cpu_binding(cores, first=slot * cores))
+            os.environ.update(binding)
+        self.placement = Placement(
+            ray.get_runtime_context().get_node_id(), os.getpid(), where, shared
+        )
         from ._engine import Encoder
         from ._job import encode_rows
 
@@ -144,6 +171,11 @@ class Replica:
                 ),
                 **vector,
                 "ready_at": pa.array([self.ready_at] * len(rows), pa.float64()),
+                # Which replica did the batch: the summary names the nodes.
+                "node": pa.array([self.placement.node] * len(rows), pa.string()),
+                "pid": pa.array([self.placement.pid] * len(rows), pa.int64()),
+                "cores": pa.array([self.placement.cores] * len(rows), pa.string()),
+                "shared": pa.array([self.placement.shared] * len(rows), pa.bool_()),
             }
         )
 
@@ -225,14 +257,24 @@ def _shards(batches: Iterator[Any]) -> Iterator[tuple[int, list[Row], list[Vecto
         yield current, rows, results
 
 
-def _start_ray(settings: RaySettings) -> None:
+def start_ray(settings: RaySettings, say: Callable[[str], None]) -> None:
+    """Connect to the cluster the settings name, or start a local Ray; a
+    connection the caller already has (``ray.init`` before) is used as it is."""
     import ray
 
     if ray.is_initialized():
+        say("using this process's Ray connection (ray.init was called before)")
         return
-    if settings.address is not None:
-        ray.init(address=settings.address, log_to_driver=settings.log_to_driver)
+    # ray.init() without an address follows RAY_ADDRESS, as Ray's own tools do.
+    address = settings.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        say(f"connecting to the Ray cluster at {address}")
+        ray.init(address=address, log_to_driver=settings.log_to_driver)
     else:
+        say(
+            "starting a local Ray on this machine; it stops when the command ends "
+            "(--ray-address uses a running cluster)"
+        )
         ray.init(include_dashboard=False, log_to_driver=settings.log_to_driver)
 
 
@@ -251,11 +293,15 @@ class RayBackend:
     ) -> None:
         self.job, self.files, self.counts = job, files, counts
         self.settings, self.ray_settings, self.batch_size = settings, ray_settings, batch_size
+        self.placements: dict[tuple[str, int], Placement] = {}  # the replicas that did work
+
+    def say(self, message: str) -> None:
+        print(f"bge-m3-sparse index: {message}", file=sys.stderr, flush=True)
 
     def shards(
         self, done: frozenset[int], ready: Callable[[float], None]
     ) -> Generator[ShardResults, None, None]:
-        _start_ray(self.ray_settings)
+        start_ray(self.ray_settings, self.say)
         dataset = dataset_for(
             self.job,
             self.files,
@@ -271,9 +317,36 @@ class RayBackend:
                 if len(batch):
                     table: Any = batch  # a pyarrow.Table (batch_format)
                     ready(min(table.column("ready_at").to_pylist()))
+                    self._note_placements(table)
                 yield batch
 
         yield from _shards(batches())
+
+    def _note_placements(self, table: Any) -> None:
+        for node, pid, cores, shared in set(
+            zip(*(table.column(c).to_pylist() for c in ("node", "pid", "cores", "shared")))
+        ):
+            if (node, pid) not in self.placements:
+                placement = Placement(node, pid, cores, shared)
+                self.placements[node, pid] = placement
+                if shared:
+                    self.say(
+                        f"warning: the replica on {placement.describe()}: every range of "
+                        "its machine's cores was held by another replica, so it binds the "
+                        "first range beside one (give --replicas or --cores-per-replica so "
+                        "that the replicas fit the machine's cores)"
+                    )
+
+    def describe(self) -> list[str]:
+        """The summary's lines on where the replicas ran."""
+        placements = sorted(self.placements.values(), key=lambda p: (p.node, p.pid))
+        if not placements:
+            return []
+        nodes = len({p.node for p in placements})
+        return [
+            f"replicas: {len(placements)} on {nodes} Ray node{'s' if nodes != 1 else ''}: "
+            + "; ".join(p.describe() for p in placements)
+        ]
 
 
 def file_items(files: list[Path], counts: list[int]) -> list[dict[str, Any]]:
@@ -306,7 +379,9 @@ def dataset_for(
         .map_batches(
             # Read where the command runs, which sees the input paths;
             # the rows then travel to the replicas, wherever they are.
-            # (Ray's own local:// reads pin themselves so, by this label.)
+            # Pinned by Ray's node-id label (as Ray's own local:// reads are):
+            # a keyword of map_batches in Ray 2.60, a task option in 2.50;
+            # scheduling_strategy and ray_remote_args_fn are deprecated in 2.60.
             cast(Any, read_file),  # a function of one batch, given fn_kwargs
             batch_size=1,
             batch_format="pyarrow",
@@ -329,7 +404,19 @@ def dataset_for(
             **cast(dict[str, Any], resources),  # num_gpus or num_cpus
         )
     )
-    # Rows back in input order, for this dataset only: its context is its
-    # own copy, and the caller's other datasets keep Ray's process-wide one.
+    # For this dataset only (its context is its own copy; the caller's other
+    # datasets keep Ray's process-wide one): rows back in input order, and
+    # blocks of about one batch, so that each replica takes batches as it is
+    # free (Ray's default, 128 MiB, put a whole file in one replica's task).
     dataset.context.execution_options.preserve_order = True
+    dataset.context.target_max_block_size = block_bytes(files, counts, batch_size)
     return dataset
+
+
+def block_bytes(files: list[Path], counts: list[int], batch_size: int) -> int:
+    """About the bytes of ``batch_size`` rows as the read tasks yield them:
+    the input's mean row, its file path (a column), and the other columns."""
+    rows = max(1, sum(counts))
+    text = sum(p.stat().st_size for p in files) / rows
+    path = max((len(str(p.resolve())) for p in files), default=0)
+    return max(1024, int(batch_size * (text + path + 64)))
