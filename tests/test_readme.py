@@ -55,6 +55,8 @@ NOT_RUN = {
     'eval "$(bge-m3-sparse cpu-env)"': "sets variables: tests/test_doctor.py checks what "
     "cpu-env prints",
     "kill $SERVER_PID": "stops the reader's server: the tests stop theirs (tests/support/server.py)",
+    "pip install 'bge-m3-sparse-plugin[postgres]'": "installs from PyPI: scripts/setup.sh "
+    "installs the same extra from the checkout",
 }
 
 
@@ -328,6 +330,8 @@ def _kind(block: Block) -> str:
         return "keyed" if "api_key=" in block.code else "python"
     if "bge-m3-sparse doctor" in block.code:
         return "doctor"
+    if "$DATABASE_URL" in block.code:
+        return "postgres"
     if runs_index(block):
         return "ray" if "--ray" in block.code else "index"
     if "examples/offline.py" in block.code:
@@ -423,6 +427,31 @@ def test_index_blocks_print_what_the_page_shows(block, model_dir, tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert_same_output(out.stdout, block.output, block.where, mask=_TIMINGS)
+
+
+# The reader's database, as the command names it (its password hidden), and the timings.
+_DATABASE = re.compile(rf"{_TIMINGS.pattern}|postgres(ql)?://\S+")
+
+
+@pytest.mark.engine
+def test_postgres_blocks_print_what_the_page_shows(server, postgres, model_dir, tmp_path):
+    """The blocks that use $DATABASE_URL, in page order, in one copy of the
+    page's folders: the index command loads the table the search then reads,
+    on a real PostgreSQL with pgvector and the tests' server."""
+    blocks = _ran("postgres")
+    assert len(blocks) >= 2  # the load, then the search
+    (tmp_path / "models").mkdir()
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = _venv_env() | {"DATABASE_URL": postgres}
+    for block in blocks:
+        code = _with_model(block.code, model_dir).replace(
+            "127.0.0.1:8000", f"127.0.0.1:{server.port}"
+        )
+        out = subprocess.run(
+            ["bash", "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert_same_output(out.stdout, block.output, block.where, mask=_DATABASE)
 
 
 # What the doctor says that depends on the machine: torch's version, the cores.
