@@ -10,8 +10,8 @@ from bge_m3_sparse_plugin._checks import (
     Wants,
     check_lengths,
     check_limits,
-    check_task,
     prompts_for,
+    tasks_for,
 )
 
 
@@ -62,44 +62,26 @@ def test_lengths_name_the_first_prompt_over_the_limit():
     assert refusal(check_lengths, [9], True, 8)[1].startswith("data.input has 9 tokens")
 
 
-@pytest.mark.parametrize(
-    "wants,task,field,says",
-    [
-        (Wants(False, False, False), "embed&token_classify", "data.return_sparse", "all false"),
-        (
-            Wants(True, False, True),
-            "embed&token_classify",
-            "data.return_colbert_vecs",
-            "token_embed",
-        ),
-        (Wants(True, False, False), "embed", "data.return_sparse", "'embed' pooling task"),
-        (
-            Wants(False, True, False),
-            "token_classify",
-            "data.return_dense",
-            "send data.return_dense=false",
-        ),
-        (
-            Wants(True, False, False),
-            "token_embed",
-            "data.return_sparse",
-            "'token_embed' pooling task",
-        ),
-    ],
-)
-def test_the_servers_task_must_give_what_is_asked(wants, task, field, says):
-    got_field, message = refusal(check_task, wants, task)
-    assert got_field == field and says in message
+def test_a_request_asking_for_nothing_is_refused_by_name():
+    assert refusal(tasks_for, Wants(False, False, False)) == (
+        "data.return_sparse",
+        "data.return_sparse, data.return_dense and data.return_colbert_vecs are all false; "
+        "ask for at least one",
+    )
 
 
 @pytest.mark.parametrize(
-    "wants,task",
+    "wants,tasks",
     [
-        (Wants(True, True, False), "embed&token_classify"),
-        (Wants(True, False, False), "token_classify"),
-        (Wants(False, True, False), "embed"),
-        (Wants(False, False, True), "token_embed"),
+        (Wants(True, False, False), ("embed&token_classify",)),
+        (Wants(False, True, False), ("embed&token_classify",)),
+        (Wants(True, True, False), ("embed&token_classify",)),
+        (Wants(False, False, True), ("token_embed",)),
+        # ColBERT beside sparse or dense: each input runs twice, sparse and dense first.
+        (Wants(True, False, True), ("embed&token_classify", "token_embed")),
+        (Wants(False, True, True), ("embed&token_classify", "token_embed")),
+        (Wants(True, True, True), ("embed&token_classify", "token_embed")),
     ],
 )
-def test_what_the_task_gives_is_let_through(wants, task):
-    check_task(wants, task)
+def test_each_request_gets_the_tasks_that_give_what_it_asks(wants, tasks):
+    assert tasks_for(wants) == tasks

@@ -143,11 +143,11 @@ def test_base_url_is_honoured(server):
         assert plugin_part(client.embed("x")) == raw(server, {"input": "x"})
 
 
-def test_colbert_through_the_client(colbert_server, tokenizer):
-    with SparseEmbeddingClient(colbert_server.url) as client:
+def test_colbert_through_the_client(server, tokenizer):
+    with SparseEmbeddingClient(server.url) as client:
         got = client.embed(SEED_INPUT, return_colbert_vecs=True, return_sparse=False)
     assert plugin_part(got) == raw(
-        colbert_server, {"input": SEED_INPUT, "return_colbert_vecs": True, "return_sparse": False}
+        server, {"input": SEED_INPUT, "return_colbert_vecs": True, "return_sparse": False}
     )
     # One vector per token but <s>.
     assert [len(item.colbert_vecs) for item in got.data] == [

@@ -52,7 +52,7 @@ def test_sparse_and_dense_items_equal_the_reference(as_tensor):
     request = SparseEmbeddingRequest(
         input=["x"] * 3, return_dense=True, sparse_format="indices_values"
     )
-    items = embedding_items(PROMPTS, pooled, request, "embed&token_classify", MODEL)
+    items = embedding_items(PROMPTS, pooled, request, ("embed&token_classify",), MODEL)
     got = [item.model_dump() for item in items]
     want = []
     for i, ids in enumerate(PROMPTS):
@@ -75,7 +75,7 @@ def test_sparse_and_dense_items_equal_the_reference(as_tensor):
 def test_pruning_and_tokens_are_applied_per_item():
     pooled, _, weights = pooled_outputs(seed=1)
     request = SparseEmbeddingRequest(input=["x"] * 3, return_tokens=True, top_k=2, min_weight=0.3)
-    items = embedding_items(PROMPTS, pooled, request, "embed&token_classify", MODEL)
+    items = embedding_items(PROMPTS, pooled, request, ("embed&token_classify",), MODEL)
     for i, ids in enumerate(PROMPTS):
         entries = expected_entries(weights[i], ids, top_k=2, min_weight=0.3)
         assert items[i].model_dump()["sparse_embedding"] == [
@@ -84,16 +84,16 @@ def test_pruning_and_tokens_are_applied_per_item():
         assert items[i].dense_embedding is None
 
 
-def test_a_token_classify_server_gives_sparse_only_and_an_embed_server_dense_only():
+def test_a_sparse_only_task_and_a_dense_only_task_each_give_their_part():
     pooled, dense, weights = pooled_outputs(seed=2)
     sparse_only = [p[HIDDEN:] for p in pooled]
     request = SparseEmbeddingRequest(input=["x"] * 3, sparse_format="lexical_weights")
-    items = embedding_items(PROMPTS, sparse_only, request, "token_classify", MODEL)
+    items = embedding_items(PROMPTS, sparse_only, request, ("token_classify",), MODEL)
     for i, ids in enumerate(PROMPTS):
         want = {str(t): w for t, w in expected_entries(weights[i], ids)}
         assert items[i].sparse_embedding == want
     dense_request = SparseEmbeddingRequest(input=["x"] * 3, return_sparse=False, return_dense=True)
-    items = embedding_items(PROMPTS, dense, dense_request, "embed", MODEL)
+    items = embedding_items(PROMPTS, dense, dense_request, ("embed",), MODEL)
     assert [item.model_dump() for item in items] == [
         {"index": i, "object": "sparse-embedding", "dense_embedding": d.tolist()}
         for i, d in enumerate(dense)
@@ -106,7 +106,7 @@ def test_colbert_items_are_each_outputs_rows():
         input=["x", "y"], return_sparse=False, return_colbert_vecs=True
     )
     items = embedding_items(
-        [[BOS, 5, 6, 7, EOS], [BOS, 5, 6, EOS]], rows, request, "token_embed", MODEL
+        [[BOS, 5, 6, 7, EOS], [BOS, 5, 6, EOS]], rows, request, ("token_embed",), MODEL
     )
     assert [item.model_dump() for item in items] == [
         {
@@ -116,3 +116,33 @@ def test_colbert_items_are_each_outputs_rows():
         },
         {"index": 1, "object": "sparse-embedding", "colbert_vecs": [[1.0, 1.0], [1.0, 1.0]]},
     ]
+
+
+def test_colbert_beside_sparse_and_dense_comes_from_a_second_run_of_the_inputs():
+    """A request for all three runs each input twice (tasks_for): the first
+    run's outputs give sparse and dense, the second's ColBERT; each item holds
+    its own input's three."""
+    pooled, dense, weights = pooled_outputs(seed=3)
+    rows = [np.full((len(ids) - 1, 2), i, dtype=np.float32) for i, ids in enumerate(PROMPTS)]
+    request = SparseEmbeddingRequest(
+        input=["x"] * 3, return_dense=True, return_colbert_vecs=True, sparse_format="indices_values"
+    )
+    items = embedding_items(
+        PROMPTS * 2, pooled + rows, request, ("embed&token_classify", "token_embed"), MODEL
+    )
+    want = []
+    for i, ids in enumerate(PROMPTS):
+        entries = expected_entries(weights[i], ids)
+        want.append(
+            {
+                "index": i,
+                "object": "sparse-embedding",
+                "sparse_embedding": {
+                    "indices": [t for t, _ in entries],
+                    "values": [w for _, w in entries],
+                },
+                "dense_embedding": dense[i].tolist(),
+                "colbert_vecs": rows[i].tolist(),
+            }
+        )
+    assert [item.model_dump() for item in items] == want

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 
@@ -140,11 +138,9 @@ def test_bad_options_are_a_400_naming_the_field(server, data, field):
 # -- ColBERT ----------------------------------------------------------------
 
 
-def test_colbert_vecs_equal_flagembedding(colbert_server, flag_model):
+def test_colbert_vecs_equal_flagembedding(server, flag_model):
     texts = [*PARITY_TEXTS.values(), LONG_TEXT]
-    body = pooling(
-        colbert_server, {"input": texts, "return_colbert_vecs": True, "return_sparse": False}
-    )
+    body = pooling(server, {"input": texts, "return_colbert_vecs": True, "return_sparse": False})
     flag = flag_model.encode(
         texts,
         return_dense=False,
@@ -166,30 +162,3 @@ def test_colbert_vecs_equal_flagembedding(colbert_server, flag_model):
         )
         assert got.shape == want.shape == (n_tokens - 1, 128), texts[i]
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=texts[i])
-
-
-def test_colbert_through_the_offline_path_is_refused_on_the_default_task(llm):
-    with pytest.raises(
-        Exception, match=re.escape('start one with --pooler-config \'{"task": "token_embed"}\'')
-    ):
-        llm.encode({"data": {"input": "x", "return_colbert_vecs": True}}, pooling_task="plugin")
-
-
-def test_default_server_refuses_colbert_saying_how_to_start_one(server):
-    resp = post(
-        server, {"model": SERVED_MODEL_NAME, "data": {"input": "x", "return_colbert_vecs": True}}
-    )
-    assert resp.status_code == 400, resp.text
-    error = resp.json()["error"]
-    assert error["param"] == "data.return_colbert_vecs"
-    assert '--pooler-config \'{"task": "token_embed"}\'' in error["message"]
-
-
-@pytest.mark.parametrize("flag", ["return_sparse", "return_dense"])
-def test_colbert_server_refuses_sparse_and_dense_saying_why(colbert_server, flag):
-    data = {"input": "x", "return_colbert_vecs": True, "return_sparse": False, flag: True}
-    resp = post(colbert_server, {"model": SERVED_MODEL_NAME, "data": data})
-    assert resp.status_code == 400, resp.text
-    error = resp.json()["error"]
-    assert error["param"] == f"data.{flag}"
-    assert "'token_embed' pooling task" in error["message"]

@@ -327,7 +327,7 @@ def _kind(block: Block) -> str:
     if quoted_example(block):
         return "example"
     if block.lang == "python":
-        return "keyed" if "api_key=" in block.code else "python"
+        return "keyed" if "s3cret" in block.code else "python"
     if "bge-m3-sparse doctor" in block.code:
         return "doctor"
     if "$DATABASE_URL" in block.code:
@@ -338,7 +338,7 @@ def _kind(block: Block) -> str:
         return "offline"
     if "s3cret" in block.code:
         return "keyed"
-    return "colbert" if "127.0.0.1:8001" in block.code else "server"
+    return "server"
 
 
 @pytest.mark.engine
@@ -370,10 +370,10 @@ def test_quoted_examples_print_what_the_page_shows(block, server):
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize("block", _ran("colbert"), ids=_id)
-def test_colbert_blocks_print_what_the_page_shows(block, colbert_server):
-    got = run_bash(block.code, {8001: colbert_server.port})
-    assert_same_output(got, block.output, block.where)
+@pytest.mark.parametrize("block", _ran("python"), ids=_id)
+def test_python_blocks_print_what_the_page_shows(block, server):
+    code = block.code.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+    assert_same_output(stdout_of([sys.executable, "-c", code]), block.output, block.where)
 
 
 @pytest.mark.engine

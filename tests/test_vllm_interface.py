@@ -265,3 +265,43 @@ def test_the_version_under_test_is_supported():
     version = installed_vllm_version()
     assert version is not None
     check_vllm_version(version)  # raises outside the supported range
+
+
+def test_vllms_own_factories_give_each_prompt_its_task(built, monkeypatch):
+    """A request for ColBERT beside sparse runs each input twice, and vLLM's
+    own request factory (online: one merge_pooling_params for the request;
+    offline: one per prompt) hands each prompt its task and verifies each."""
+    from vllm.entrypoints.pooling.pooling.io_processor import PluginWithIOProcessorPlugins
+    from vllm.entrypoints.pooling.pooling.protocol import IOProcessorRequest
+    from vllm.entrypoints.pooling.typing import PoolingServeContext
+    from vllm.pooling_params import PoolingParams
+    from vllm.renderers.chat_utils import ChatTemplateConfig
+
+    _, _, config, renderer = built
+    monkeypatch.setattr(config.model_config, "io_processor_plugin", "bge_m3_sparse_plugin")
+    factory = PluginWithIOProcessorPlugins(
+        vllm_config=config, renderer=renderer, chat_template_config=ChatTemplateConfig()
+    )
+    data = {"input": TEXTS[:2], "return_colbert_vecs": True, "return_dense": True}
+    want = ["embed&token_classify"] * 2 + ["token_embed"] * 2
+
+    async def online() -> list[str]:
+        request = IOProcessorRequest(model="m", data=data)
+        ctx = PoolingServeContext(
+            request=request,
+            model_name="m",
+            request_id="pooling-tasks",
+            pooling_params=request.to_pooling_params(),
+            lora_request=None,
+            priorities=0,
+            prompt_extras=None,
+        )
+        requests = factory.get_request_factory_online(ctx)
+        ctx.pooling_params.verify(config.model_config)  # as _prepare_generators does
+        return [r["params"].task for r in requests]
+
+    assert asyncio.run(online()) == want
+    processor = factory.io_processor
+    prompts = processor.pre_process(prompt=processor.parse_data(data))
+    offline = [processor.merge_pooling_params(PoolingParams()).task for _ in prompts]
+    assert offline == want

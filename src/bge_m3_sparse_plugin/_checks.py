@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
 from ._config import MAX_CHARS_ENV, MAX_INPUTS_ENV
 
 __all__ = [
+    "COLBERT_TASK",
     "DEFAULT_TASK",
     "GIVES_COLBERT",
     "GIVES_DENSE",
@@ -19,19 +20,19 @@ __all__ = [
     "Wants",
     "check_lengths",
     "check_limits",
-    "check_task",
     "item_field",
     "max_tokens",
     "positions",
     "prompts_for",
+    "tasks_for",
 ]
 
 # What each pooling task of BgeM3EmbeddingModel puts into an output's data.
 GIVES_SPARSE = frozenset({"embed&token_classify", "token_classify"})
 GIVES_DENSE = frozenset({"embed&token_classify", "embed"})
 GIVES_COLBERT = frozenset({"token_embed"})
-DEFAULT_TASK = "embed&token_classify"
-_COLBERT_SERVER = """--pooler-config '{"task": "token_embed"}'"""
+DEFAULT_TASK = "embed&token_classify"  # sparse and dense, in one pass
+COLBERT_TASK = "token_embed"
 
 
 class RequestError(ValueError):
@@ -65,36 +66,21 @@ def item_field(index: int, single: bool) -> str:
     return "data.input" if single else f"data.input[{index}]"
 
 
-def check_task(wants: Wants, pooling_task: str) -> None:
-    """The server's one pooling task gives what the request asks for."""
+def tasks_for(wants: Wants) -> tuple[str, ...]:
+    """The pooling tasks that give what the request asks for, in the order
+    its prompts run them: each input runs once per task.
+
+    vLLM accepts any of the model's pooling tasks on each prompt, whatever
+    task the server was started with, so one server answers every request:
+    sparse and dense come from one task, ColBERT vectors from another.
+    """
     if not (wants.sparse or wants.dense or wants.colbert):
         raise RequestError(
             "data.return_sparse, data.return_dense and data.return_colbert_vecs are "
             "all false; ask for at least one",
             "data.return_sparse",
         )
-    if wants.colbert and pooling_task not in GIVES_COLBERT:
-        raise RequestError(
-            f"data.return_colbert_vecs is true, but this server runs the "
-            f"{pooling_task!r} pooling task, which does not give ColBERT vectors. "
-            f"vLLM serves one pooling task per server: start one with {_COLBERT_SERVER} "
-            "for ColBERT vectors (and send it data.return_sparse=false), and keep this "
-            "one for sparse and dense",
-            "data.return_colbert_vecs",
-        )
-    flags: tuple[tuple[Literal["return_sparse", "return_dense"], bool, frozenset[str]], ...] = (
-        ("return_sparse", wants.sparse, GIVES_SPARSE),
-        ("return_dense", wants.dense, GIVES_DENSE),
-    )
-    for flag, wanted, giving in flags:
-        if wanted and pooling_task not in giving:
-            raise RequestError(
-                f"data.{flag} is true, but this server runs the "
-                f"{pooling_task!r} pooling task, which does not give it. "
-                "Start the server without --pooler-config.task (BgeM3EmbeddingModel "
-                f"then runs {DEFAULT_TASK!r}), or send data.{flag}=false",
-                f"data.{flag}",
-            )
+    return (DEFAULT_TASK,) * (wants.sparse or wants.dense) + (COLBERT_TASK,) * wants.colbert
 
 
 def check_limits(inputs: Sequence[str | list[int]], max_inputs: int, max_chars: int) -> None:

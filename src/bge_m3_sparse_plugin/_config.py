@@ -30,6 +30,7 @@ __all__ = [
     "PLUGIN_NAME",
     "PROCESSOR_QUALNAME",
     "QUIET_WARNINGS",
+    "SERVER_POOLER_CONFIG",
     "SUPPORTED_VLLM",
     "VLLM_CPU_RELEASE",
     "Limits",
@@ -179,10 +180,20 @@ def engine_kwargs(gpu: bool, **settings: Any) -> dict[str, Any]:
     return kwargs
 
 
+# The server's pooling task. The plugin picks each request's own task, so this
+# one only decides which of vLLM's APIs the server builds: with "embed", OpenAI's
+# /v1/embeddings too (vLLM 0.32 builds it for no other task).
+SERVER_POOLER_CONFIG = {"task": "embed"}
+
+
 def server_flags(gpu: bool, **settings: Any) -> list[str]:
-    """The same settings as ``vllm serve``'s flags (``--runner pooling ...``)."""
+    """The same settings as ``vllm serve``'s flags (``--runner pooling ...``),
+    and the server's pooling task."""
     flags: list[str] = []
-    for key, value in engine_kwargs(gpu, **settings).items():
+    for key, value in {
+        **engine_kwargs(gpu, **settings),
+        "pooler_config": SERVER_POOLER_CONFIG,
+    }.items():
         text = json.dumps(value) if isinstance(value, dict) else str(value)
         flags += ["--" + key.replace("_", "-"), text]
     return flags

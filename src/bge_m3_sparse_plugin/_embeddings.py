@@ -35,19 +35,24 @@ def embedding_items(
     token_lists: Sequence[Sequence[int]],
     pooled: Sequence[Any],
     request: SparseEmbeddingRequest,
-    pooling_task: str,
+    tasks: Sequence[str],
     model: Model,
 ) -> list[SparseEmbeddingItem]:
-    """One response item per output, holding what ``request`` asks for."""
-    n = len(pooled)
+    """One response item per input, holding what ``request`` asks for.
+
+    The outputs come in ``len(tasks)`` runs of one output per input, each
+    run from one pooling task (``tasks_for``: sparse and dense, then ColBERT).
+    """
+    n = len(pooled) // len(tasks)
     sparse: list[SparseEmbedding | None] = [None] * n
     dense: list[list[float] | None] = [None] * n
     colbert: list[list[list[float]] | None] = [None] * n
-    if pooling_task in GIVES_COLBERT:
-        # The task check let through only return_colbert_vecs here.
-        colbert = [_as_rows(data) for data in pooled]
-    else:
-        sparse, dense = _sparse_and_dense(token_lists, pooled, request, pooling_task, model)
+    for k, task in enumerate(tasks):
+        run = slice(k * n, (k + 1) * n)
+        if task in GIVES_COLBERT:
+            colbert = [_as_rows(data) for data in pooled[run]]
+        else:
+            sparse, dense = _sparse_and_dense(token_lists[run], pooled[run], request, task, model)
     return [
         SparseEmbeddingItem.model_construct(
             index=i,
@@ -88,7 +93,7 @@ def _sparse_and_dense(
         )
         if request.return_sparse:
             sparse = _sparse_entries(ids, weights, n_weights, request, model)
-    else:  # only dense; the task check refused return_sparse
+    else:  # a task that gives dense only
         dense_starts = np.cumsum(value_lengths) - value_lengths
     if request.return_dense:
         dense = [values[start : start + dense_size].tolist() for start in dense_starts.tolist()]

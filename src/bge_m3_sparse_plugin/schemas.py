@@ -136,8 +136,8 @@ class SparseEmbeddingRequest(BaseModel):
         default=False,
         description=(
             "Return the ColBERT multi-vectors (one normalised vector per token but "
-            "the first, as FlagEmbedding). Needs a server running the token_embed "
-            "pooling task."
+            "the first, as FlagEmbedding). Beside sparse or dense, each input runs "
+            "twice: once for those, once for the ColBERT vectors."
         ),
     )
     sparse_format: SparseFormat = Field(

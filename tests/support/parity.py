@@ -37,3 +37,43 @@ def assert_dense_equal(plugin_dense: list[float], flag_dense: np.ndarray, label:
     np.testing.assert_allclose(
         np.asarray(plugin_dense), np.asarray(flag_dense), rtol=RTOL, atol=ATOL, err_msg=label
     )
+
+
+FLAGS = ("return_sparse", "return_dense", "return_colbert_vecs")
+
+
+def flag_all(flag_model, texts: list[str], max_length: int = 1024) -> dict:
+    """FlagEmbedding's three outputs for ``texts``."""
+    return flag_model.encode(
+        texts,
+        return_dense=True,
+        return_sparse=True,
+        return_colbert_vecs=True,
+        max_length=max_length,
+        batch_size=8,
+    )
+
+
+def assert_items_equal_flag(items: list[dict], data: dict, flag: dict, label: str) -> None:
+    """Each response item holds what ``data`` asked for, and only that, each
+    equal to FlagEmbedding's for its text (``flag`` is :func:`flag_all`'s for
+    the same texts); sparse as token_weights."""
+    assert [item["index"] for item in items] == list(range(len(flag["dense_vecs"]))), label
+    keys = {"return_sparse": "sparse_embedding", "return_dense": "dense_embedding"}
+    keys["return_colbert_vecs"] = "colbert_vecs"
+    asked = {keys[f] for f in FLAGS if data.get(f, f == "return_sparse")}
+    for i, item in enumerate(items):
+        where = f"{label}, item {i}"
+        assert set(item) - {"index", "object"} == asked, where
+        if "sparse_embedding" in asked:
+            assert_sparse_equal(item["sparse_embedding"], flag["lexical_weights"][i], where)
+        if "dense_embedding" in asked:
+            assert_dense_equal(item["dense_embedding"], flag["dense_vecs"][i], where)
+        if "colbert_vecs" in asked:
+            np.testing.assert_allclose(
+                np.asarray(item["colbert_vecs"]),
+                np.asarray(flag["colbert_vecs"][i]),
+                rtol=RTOL,
+                atol=ATOL,
+                err_msg=where,
+            )

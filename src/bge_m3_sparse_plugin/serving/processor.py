@@ -32,9 +32,9 @@ from .._checks import (
     Wants,
     check_lengths,
     check_limits,
-    check_task,
     max_tokens,
     prompts_for,
+    tasks_for,
 )
 from .._config import MAX_PENDING_ENV, Limits
 from .._embeddings import Model, embedding_items
@@ -63,6 +63,7 @@ class _Options:
     # only the options are needed after pre_process.
     request: SparseEmbeddingRequest
     single: bool  # the input was one text or one id list: errors say data.input
+    tasks: tuple[str, ...]  # the pooling tasks its prompts ran, one run of inputs each
 
 
 # Offline, LLM.encode runs pre_process and post_process in the caller's
@@ -73,9 +74,38 @@ _offline_options: contextvars.ContextVar[_Options | None] = contextvars.ContextV
     "bge_m3_sparse_offline_options", default=None
 )
 
+# Each prompt's pooling task, from pre_process to merge_pooling_params. vLLM
+# calls the two one after the other in one function (online in the request's
+# own asyncio task, offline in the caller's thread), so a context variable
+# holds the request's tasks and no other request sees them.
+_prompt_tasks: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "bge_m3_sparse_prompt_tasks", default=None
+)
+
+
+class _PerPromptParams(list[PoolingParams]):
+    """One PoolingParams per prompt, for a request whose prompts run two
+    pooling tasks (ColBERT beside sparse or dense).
+
+    vLLM's front end (0.32 to 0.34) asks ``merge_pooling_params`` once per
+    /pooling request and takes one PoolingParams for every prompt or a
+    sequence of them, one per prompt (``_params_to_seq``); before that it
+    reads ``.task`` and calls ``.verify`` on what it got.
+    """
+
+    @property
+    def task(self) -> Any:
+        return self[0].task
+
+    def verify(self, model_config: Any) -> None:
+        for params in self:
+            params.verify(model_config)
+
 
 class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingResponse]):
-    """Serves BGE-M3's lexical weights (and optionally its dense vector).
+    """Serves BGE-M3's lexical weights, dense vector and ColBERT vectors,
+    each request from the pooling task that gives what it asks (``tasks_for``),
+    whatever task the server was started with.
 
     Per-request options travel from ``pre_process`` to ``post_process``: online
     in a map of the requests in flight keyed by request id, which refuses a
@@ -103,8 +133,6 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
                 self.max_tokens,
             )
         self.vocab_size = max(int(model_config.get_vocab_size()), len(tokenizer))
-        pooler_config = model_config.pooler_config
-        self.pooling_task: str = (pooler_config and pooler_config.task) or DEFAULT_TASK
         # The compiled lexical-weight pass is built (or loaded from numba's
         # cache) while the server starts; requests before it is ready take
         # the numpy path, which gives the same result.
@@ -137,12 +165,18 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
             raise VLLMValidationError(message, parameter=field) from None
 
     def merge_pooling_params(self, params: PoolingParams | None = None) -> PoolingParams:
-        # The same for every request: the server's pooling task, with the
-        # activations on (normalised dense, relu'd token weights).
-        merged = params if params is not None else PoolingParams()
-        merged.task = cast(Any, self.pooling_task)  # one of vLLM's task names, from its config
-        merged.use_activation = True
-        return merged
+        # The task each prompt needs (pre_process chose it), with the
+        # activations on (normalised dense and ColBERT, relu'd token weights).
+        # Online (no params) vLLM asks once for the whole request; offline
+        # once per prompt, in order.
+        tasks = _prompt_tasks.get() or [DEFAULT_TASK]
+        if params is not None:  # offline: this prompt's
+            task = tasks.pop(0) if len(tasks) > 1 else tasks[0]
+            return _with_task(params, task)
+        _prompt_tasks.set(None)
+        if len(set(tasks)) == 1:
+            return _with_task(PoolingParams(), tasks[0])
+        return cast(PoolingParams, _PerPromptParams(_with_task(PoolingParams(), t) for t in tasks))
 
     def pre_process(
         self,
@@ -153,15 +187,20 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         wants = Wants(prompt.return_sparse, prompt.return_dense, prompt.return_colbert_vecs)
         inputs, single = prompt.inputs(), prompt.is_single()
         with _as_400():
-            check_task(wants, self.pooling_task)
+            tasks = tasks_for(wants)
             check_limits(inputs, self.limits.max_inputs, self.limits.max_chars)
             prompts = prompts_for(inputs, single, self.vocab_size)
-        options = _Options(request=prompt.model_copy(update={"input": ""}), single=single)
+        options = _Options(
+            request=prompt.model_copy(update={"input": ""}), single=single, tasks=tasks
+        )
         if request_id is None:  # offline: LLM.encode
             _offline_options.set(options)
         else:
             self._hold(request_id, options)
-        return cast(list[PromptType], prompts)
+        # Each input runs once per task: all the inputs for the first, then
+        # all of them for the next; post_process takes them back in runs.
+        _prompt_tasks.set([task for task in tasks for _ in prompts])
+        return cast(list[PromptType], prompts * len(tasks))
 
     def _hold(self, request_id: str, options: _Options) -> None:
         """Keep ``options`` for ``post_process`` until the request ends."""
@@ -205,11 +244,12 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         if options is None:  # vLLM called post_process without pre_process
             raise RuntimeError(f"bge_m3_sparse_plugin has no options for request {request_id!r}")
         token_lists = [out.prompt_token_ids or [] for out in model_output]
+        inputs = token_lists[: len(token_lists) // len(options.tasks)]  # the first run
         with _as_400():
-            check_lengths([len(ids) for ids in token_lists], options.single, self.max_tokens)
+            check_lengths([len(ids) for ids in inputs], options.single, self.max_tokens)
         pooled = [out.outputs.data for out in model_output]
-        items = embedding_items(token_lists, pooled, options.request, self.pooling_task, self.model)
-        prompt_tokens = sum(map(len, token_lists))
+        items = embedding_items(token_lists, pooled, options.request, options.tasks, self.model)
+        prompt_tokens = sum(map(len, inputs))
         return SparseEmbeddingResponse(
             data=items,
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
@@ -223,6 +263,12 @@ def _as_400() -> Iterator[None]:
         yield
     except RequestError as exc:
         raise VLLMValidationError(exc.message, parameter=exc.field) from None
+
+
+def _with_task(params: PoolingParams, task: str) -> PoolingParams:
+    params.task = cast(Any, task)  # one of BgeM3EmbeddingModel's pooling tasks
+    params.use_activation = True
+    return params
 
 
 def _header_value(request_id: str) -> str:
