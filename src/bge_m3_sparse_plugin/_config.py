@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "DEFAULT_MAX_INPUTS",
     "DEFAULT_MAX_PENDING",
+    "DEFAULT_MAX_QUERY_LENGTH",
     "DEFAULT_TIMEOUT_S",
     "ENVIRONMENT",
     "HF_OVERRIDES",
@@ -207,5 +208,7 @@ DEFAULT_TIMEOUT_S = 60.0
 # and a request sent on it as it closes fails; the client drops idle
 # connections sooner (benchmarks/RESULTS.md, section 10).
 KEEPALIVE_EXPIRY_S = 3.0
-# Texts per request that the framework adapters send.
+# Texts per request that the framework adapters and the client's score() send.
 ADAPTER_BATCH_SIZE = 64
+# compute_score's default maximum length of a query, in tokens (FlagEmbedding's).
+DEFAULT_MAX_QUERY_LENGTH = 512

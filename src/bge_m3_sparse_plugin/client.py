@@ -15,14 +15,22 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import time
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import httpx
 from pydantic import ValidationError
 from typing_extensions import TypedDict, Unpack
 
-from ._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, KEEPALIVE_EXPIRY_S
+from ._config import (
+    ADAPTER_BATCH_SIZE,
+    DEFAULT_BASE_URL,
+    DEFAULT_MAX_QUERY_LENGTH,
+    DEFAULT_TIMEOUT_S,
+    KEEPALIVE_EXPIRY_S,
+)
 from ._formats import SparseFormat, lexical_matching_score
+from ._scores import colbert_score, dense_score, m3_scores
 from .schemas import (
     Input,
     SparseEmbeddingRequest,
@@ -218,6 +226,78 @@ def _dense_of(response: SparseEmbeddingResponse) -> list[list[float]]:
     return [vector for vector in dense if vector is not None]
 
 
+# What score() asks for each text: the three outputs, sparse as FlagEmbedding's dict.
+_ALL_THREE: EmbedOptions = {
+    "return_sparse": True,
+    "return_dense": True,
+    "return_colbert_vecs": True,
+    "sparse_format": "lexical_weights",
+}
+
+
+def _score_requests(
+    query: str,
+    documents: Sequence[str],
+    weights: Sequence[float] | None,
+    max_query_length: int | None,
+    max_passage_length: int | None,
+) -> tuple[EmbedOptions, list[tuple[list[str], EmbedOptions]]]:
+    """The query's request options, and the documents' requests (in batches):
+    each text truncated as ``compute_score`` truncates it (the query at
+    ``max_query_length``, 512 by default; a passage at ``max_passage_length``,
+    the server's ``max_model_len`` by default)."""
+    if not isinstance(query, str) or not query:
+        raise SparseEmbeddingError("query must be a non-empty string", param="query")
+    if isinstance(documents, str) or not all(isinstance(d, str) and d for d in documents):
+        raise SparseEmbeddingError(
+            "documents must be a list of non-empty strings", param="documents"
+        )
+    if weights is not None and len(weights) != 3:
+        raise SparseEmbeddingError(
+            f"weights must be [w_dense, w_sparse, w_colbert], got {list(weights)}",
+            param="weights",
+        )
+    for name, value in (
+        ("max_query_length", max_query_length),
+        ("max_passage_length", max_passage_length),
+    ):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise SparseEmbeddingError(f"{name} must be an integer >= 1, got {value!r}", param=name)
+    query_options: EmbedOptions = {
+        **_ALL_THREE,
+        "truncate_prompt_tokens": max_query_length or DEFAULT_MAX_QUERY_LENGTH,
+    }
+    # -1: vLLM truncates to the server's max_model_len.
+    passage_options: EmbedOptions = {
+        **_ALL_THREE,
+        "truncate_prompt_tokens": max_passage_length or -1,
+    }
+    batches = [
+        (list(documents[i : i + ADAPTER_BATCH_SIZE]), passage_options)
+        for i in range(0, len(documents), ADAPTER_BATCH_SIZE)
+    ]
+    return query_options, batches
+
+
+def _pair_scores(
+    query: SparseEmbeddingResponse,
+    documents: Sequence[SparseEmbeddingResponse],
+    weights: Sequence[float] | None,
+) -> list[dict[str, float]]:
+    """``compute_score``'s five keys for the query against each document."""
+    (q,) = query.data
+    return [
+        m3_scores(
+            dense_score(q.dense_embedding, d.dense_embedding),
+            lexical_matching_score(q, d),
+            colbert_score(q.colbert_vecs, d.colbert_vecs),
+            weights,
+        )
+        for response in documents
+        for d in response.data
+    ]
+
+
 _Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
 
 
@@ -316,6 +396,27 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         """BGE-M3's dense vectors (CLS, normalised), one per input, from ``/pooling``."""
         return _dense_of(self.embed(input, **_dense_only(options)))
 
+    def score(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        weights: Sequence[float] | None = None,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> list[dict[str, float]]:
+        """FlagEmbedding's ``compute_score`` for ``query`` against each of
+        ``documents``: one dict per document, in their order, with the keys
+        ``dense``, ``sparse``, ``colbert``, ``sparse+dense`` and
+        ``colbert+sparse+dense``; ``weights`` are ``[w_dense, w_sparse,
+        w_colbert]`` (``[1, 1, 1]`` by default). One request for the query,
+        one per 64 documents."""
+        query_options, batches = _score_requests(
+            query, documents, weights, max_query_length, max_passage_length
+        )
+        q = self.embed(query, **query_options)
+        return _pair_scores(q, [self.embed(docs, **options) for docs, options in batches], weights)
+
     def close(self) -> None:
         if self._owns_http:
             self._http.close()
@@ -358,6 +459,25 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
     async def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
         """See :meth:`SparseEmbeddingClient.embed_dense`."""
         return _dense_of(await self.embed(input, **_dense_only(options)))
+
+    async def score(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        weights: Sequence[float] | None = None,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+    ) -> list[dict[str, float]]:
+        """See :meth:`SparseEmbeddingClient.score`; the requests go at once."""
+        query_options, batches = _score_requests(
+            query, documents, weights, max_query_length, max_passage_length
+        )
+        q, *responses = await asyncio.gather(
+            self.embed(query, **query_options),
+            *(self.embed(docs, **options) for docs, options in batches),
+        )
+        return _pair_scores(q, responses, weights)
 
     async def aclose(self) -> None:
         if self._owns_http:
