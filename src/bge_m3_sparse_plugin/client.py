@@ -30,7 +30,6 @@ from ._config import (
     KEEPALIVE_EXPIRY_S,
 )
 from ._formats import SparseFormat, lexical_matching_score
-from ._scores import colbert_score, dense_score, m3_scores
 from .schemas import (
     Input,
     SparseEmbeddingRequest,
@@ -285,6 +284,9 @@ def _pair_scores(
     weights: Sequence[float] | None,
 ) -> list[dict[str, float]]:
     """``compute_score``'s five keys for the query against each document."""
+    # Here, not at the top: the client imports without numpy (its [client] extra).
+    from ._scores import colbert_score, dense_score, m3_scores
+
     (q,) = query.data
     return [
         m3_scores(
