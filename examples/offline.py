@@ -38,11 +38,16 @@ def main() -> None:
         dtype=args.dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
     )
-    outputs = llm.encode(
-        {"data": {"input": ["I love China", "hi, bge-m3"], "return_tokens": True}},
-        pooling_task="plugin",
-    )
-    print(json.dumps(outputs[0].outputs.model_dump(), indent=2))
+    try:
+        outputs = llm.encode(
+            {"data": {"input": ["I love China", "hi, bge-m3"], "return_tokens": True}},
+            pooling_task="plugin",
+        )
+        print(json.dumps(outputs[0].outputs.model_dump(), indent=2))
+    finally:
+        # Stop the engine here, not in the interpreter's teardown, where vLLM's
+        # shutdown can race its other threads and abort the process (SIGABRT).
+        llm.llm_engine.engine_core.shutdown()
 
 
 if __name__ == "__main__":  # vLLM starts its engine in a spawned process
