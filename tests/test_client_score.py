@@ -7,13 +7,14 @@ import asyncio
 
 import pytest
 
-from bge_m3_sparse_plugin._scores import SCORE_KEYS
 from bge_m3_sparse_plugin.client import (
     AsyncSparseEmbeddingClient,
     SparseEmbeddingClient,
     SparseEmbeddingError,
 )
 
+from .support.parity import assert_scores_equal
+from .support.parity import flag_scores as flag_pairs
 from .support.texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
 
 pytestmark = pytest.mark.engine
@@ -28,21 +29,7 @@ QUERIES = [
 
 
 def flag_scores(flag_model, query, docs, weights=None, max_query_length=512) -> list[dict]:
-    """compute_score over the pairs (query, doc), as a list of dicts."""
-    got = flag_model.compute_score(
-        [(query, doc) for doc in docs],
-        max_query_length=max_query_length,
-        max_passage_length=1024,
-        weights_for_different_modes=weights,
-    )
-    return [{key: got[key][i] for key in SCORE_KEYS} for i in range(len(docs))]
-
-
-def assert_scores_equal(got: list[dict], want: list[dict], label: str) -> None:
-    assert len(got) == len(want), label
-    for i, (g, w) in enumerate(zip(got, want)):
-        assert list(g) == list(SCORE_KEYS), label
-        assert g == pytest.approx(w, rel=1e-5, abs=1e-6), f"{label}, document {i}"
+    return flag_pairs(flag_model, [(query, d) for d in docs], weights, max_query_length)
 
 
 @pytest.mark.parametrize("weights", [None, [0.4, 0.2, 0.4]])
@@ -79,12 +66,12 @@ def test_more_documents_than_one_request_keep_their_order(server):
 @pytest.mark.parametrize(
     "args,kwargs,param",
     [
-        (("", ["x"]), {}, "query"),
-        (("q", "a text, not a list"), {}, "documents"),
-        (("q", ["x", ""]), {}, "documents"),
-        (("q", ["x"]), {"weights": [1, 1]}, "weights"),
-        (("q", ["x"]), {"max_query_length": 0}, "max_query_length"),
-        (("q", ["x"]), {"max_passage_length": "8"}, "max_passage_length"),
+        ((None, ["x"]), {}, "data.query"),
+        (("q", "a text, not a list"), {}, "data.documents"),
+        (("q", ["x", 7]), {}, "data.documents[1]"),
+        (("q", ["x"]), {"weights": [1, 1]}, "data.weights[2]"),
+        (("q", ["x"]), {"max_query_length": 0}, "data.max_query_length"),
+        (("q", ["x"]), {"max_passage_length": "8"}, "data.max_passage_length"),
     ],
 )
 def test_bad_arguments_name_their_parameter_before_any_request(args, kwargs, param):

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from ._config import MAX_CHARS_ENV, MAX_INPUTS_ENV
+from ._config import DEFAULT_MAX_QUERY_LENGTH, MAX_CHARS_ENV, MAX_INPUTS_ENV
 
 __all__ = [
     "COLBERT_TASK",
@@ -17,6 +17,7 @@ __all__ = [
     "GIVES_DENSE",
     "GIVES_SPARSE",
     "RequestError",
+    "ScorePlan",
     "Wants",
     "check_lengths",
     "check_limits",
@@ -24,6 +25,7 @@ __all__ = [
     "max_tokens",
     "positions",
     "prompts_for",
+    "score_plan",
     "tasks_for",
 ]
 
@@ -33,6 +35,7 @@ GIVES_DENSE = frozenset({"embed&token_classify", "embed"})
 GIVES_COLBERT = frozenset({"token_embed"})
 DEFAULT_TASK = "embed&token_classify"  # sparse and dense, in one pass
 COLBERT_TASK = "token_embed"
+SCORE_TASKS = (DEFAULT_TASK, COLBERT_TASK)  # a score needs all three outputs
 
 
 class RequestError(ValueError):
@@ -83,21 +86,24 @@ def tasks_for(wants: Wants) -> tuple[str, ...]:
     return (DEFAULT_TASK,) * (wants.sparse or wants.dense) + (COLBERT_TASK,) * wants.colbert
 
 
-def check_limits(inputs: Sequence[str | list[int]], max_inputs: int, max_chars: int) -> None:
-    """At most ``max_inputs`` inputs and ``max_chars`` characters of text."""
+def check_limits(
+    inputs: Sequence[str | list[int]], max_inputs: int, max_chars: int, field: str = "data.input"
+) -> None:
+    """At most ``max_inputs`` inputs and ``max_chars`` characters of text;
+    ``field`` is what the request calls them."""
     if len(inputs) > max_inputs:
         raise RequestError(
-            f"data.input has {len(inputs)} items; at most {max_inputs} are "
+            f"{field} has {len(inputs)} items; at most {max_inputs} are "
             f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
-            "data.input",
+            field,
         )
     chars = sum(len(item) for item in inputs if isinstance(item, str))
     if chars > max_chars:
         raise RequestError(
-            f"data.input holds {chars} characters of text; at most {max_chars} are "
+            f"{field} holds {chars} characters of text; at most {max_chars} are "
             f"allowed per request (split the request, or set {MAX_CHARS_ENV} on the "
             "server to change it)",
-            "data.input",
+            field,
         )
 
 
@@ -156,3 +162,40 @@ def max_tokens(model_config: Any) -> int:
     keys = ("max_position_embeddings", "pad_token_id", "model_type")
     longest = positions({key: getattr(hf_config, key, None) for key in keys})
     return limit if longest is None else min(limit, longest)
+
+
+@dataclass(frozen=True)
+class ScorePlan:
+    """What a scoring request runs: each distinct query and passage once,
+    the queries first, and the pairs as indices into them."""
+
+    queries: list[str]
+    passages: list[str]
+    pairs: list[tuple[int, int]]  # (index into queries, index into passages)
+    query_cut: int  # tokens, </s> kept, as compute_score's max_query_length
+    passage_cut: int  # as its max_passage_length
+
+
+def score_plan(
+    pairs: Sequence[tuple[str, str]],
+    max_query_length: int | None,
+    max_passage_length: int | None,
+    max_tokens: int,
+) -> ScorePlan:
+    """Each distinct text once (a rerank request's query runs once, not once
+    per document), and the cuts: the query's ``max_query_length`` (by default
+    512, FlagEmbedding's) and the passages' ``max_passage_length`` (by
+    default the model's length), neither beyond the model's ``max_tokens``."""
+    queries: dict[str, int] = {}
+    passages: dict[str, int] = {}
+    indices = [
+        (queries.setdefault(q, len(queries)), passages.setdefault(p, len(passages)))
+        for q, p in pairs
+    ]
+    return ScorePlan(
+        queries=list(queries),
+        passages=list(passages),
+        pairs=indices,
+        query_cut=min(max_query_length or DEFAULT_MAX_QUERY_LENGTH, max_tokens),
+        passage_cut=min(max_passage_length or max_tokens, max_tokens),
+    )

@@ -17,9 +17,18 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DEFAULT_WEIGHTS", "SCORE_KEYS", "colbert_score", "dense_score", "m3_scores"]
+from ._formats import lexical_matching_score
+from .schemas import SCORE_KEYS
 
-SCORE_KEYS = ("dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense")
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "SCORE_KEYS",
+    "colbert_score",
+    "dense_score",
+    "m3_scores",
+    "pair_scores",
+]
+
 DEFAULT_WEIGHTS = (1.0, 1.0, 1.0)  # dense, sparse, colbert: compute_score's default
 
 
@@ -60,3 +69,23 @@ def m3_scores(
         "colbert+sparse+dense": (colbert * w_colbert + sparse * w_sparse + dense * w_dense)
         / (w_dense + w_sparse + w_colbert),
     }
+
+
+def pair_scores(
+    queries: Sequence[Any],
+    passages: Sequence[Any],
+    pairs: Sequence[tuple[int, int]],
+    weights: Sequence[float] | None = None,
+) -> list[dict[str, float]]:
+    """``compute_score``'s five keys for each ``(query index, passage index)``
+    pair, from items holding ``dense_embedding``, ``sparse_embedding`` and
+    ``colbert_vecs`` (the plugin's response items)."""
+    return [
+        m3_scores(
+            dense_score(queries[q].dense_embedding, passages[p].dense_embedding),
+            lexical_matching_score(queries[q], passages[p]),
+            colbert_score(queries[q].colbert_vecs, passages[p].colbert_vecs),
+            weights,
+        )
+        for q, p in pairs
+    ]

@@ -25,13 +25,14 @@ from typing_extensions import TypedDict, Unpack
 from ._config import (
     ADAPTER_BATCH_SIZE,
     DEFAULT_BASE_URL,
-    DEFAULT_MAX_QUERY_LENGTH,
     DEFAULT_TIMEOUT_S,
     KEEPALIVE_EXPIRY_S,
 )
 from ._formats import SparseFormat, lexical_matching_score
 from .schemas import (
     Input,
+    ScoreRequest,
+    ScoreResponse,
     SparseEmbeddingRequest,
     SparseEmbeddingResponse,
     describe_validation_error,
@@ -45,6 +46,7 @@ __all__ = [
     "AsyncSparseEmbeddingClient",
     "EmbedOptions",
     "PoolingResult",
+    "ScoreResult",
     "SparseEmbeddingClient",
     "SparseEmbeddingError",
     "lexical_matching_score",
@@ -64,6 +66,16 @@ class PoolingResult(SparseEmbeddingResponse):
 
     request_id: str | None = None
     created_at: int | None = None
+
+
+class ScoreResult(ScoreResponse):
+    """A scoring response, with vLLM's request id and time (as :class:`PoolingResult`)."""
+
+    request_id: str | None = None
+    created_at: int | None = None
+
+
+_Result = TypeVar("_Result", PoolingResult, ScoreResult)
 
 
 class SparseEmbeddingError(Exception):
@@ -147,7 +159,7 @@ def _unauthorized_message(response: httpx.Response) -> str:
     )
 
 
-def _parse_response(response: httpx.Response) -> PoolingResult:
+def _parse_response(response: httpx.Response, result: type[_Result]) -> _Result:
     try:
         body = response.json()
     except ValueError:
@@ -173,7 +185,7 @@ def _parse_response(response: httpx.Response) -> PoolingResult:
             response=response,
         )
     # vLLM wraps the plugin's output: {"request_id", "created_at", "data": {...}}.
-    return PoolingResult.model_validate(
+    return result.model_validate(
         {**body["data"], "request_id": body.get("request_id"), "created_at": body.get("created_at")}
     )
 
@@ -225,79 +237,43 @@ def _dense_of(response: SparseEmbeddingResponse) -> list[list[float]]:
     return [vector for vector in dense if vector is not None]
 
 
-# What score() asks for each text: the three outputs, sparse as FlagEmbedding's dict.
-_ALL_THREE: EmbedOptions = {
-    "return_sparse": True,
-    "return_dense": True,
-    "return_colbert_vecs": True,
-    "sparse_format": "lexical_weights",
-}
-
-
-def _score_requests(
+def _score_bodies(
+    model: str | None,
     query: str,
     documents: Sequence[str],
     weights: Sequence[float] | None,
     max_query_length: int | None,
     max_passage_length: int | None,
-) -> tuple[EmbedOptions, list[tuple[list[str], EmbedOptions]]]:
-    """The query's request options, and the documents' requests (in batches):
-    each text truncated as ``compute_score`` truncates it (the query at
-    ``max_query_length``, 512 by default; a passage at ``max_passage_length``,
-    the server's ``max_model_len`` by default)."""
-    if not isinstance(query, str) or not query:
-        raise SparseEmbeddingError("query must be a non-empty string", param="query")
-    if isinstance(documents, str) or not all(isinstance(d, str) and d for d in documents):
-        raise SparseEmbeddingError(
-            "documents must be a list of non-empty strings", param="documents"
-        )
-    if weights is not None and len(weights) != 3:
-        raise SparseEmbeddingError(
-            f"weights must be [w_dense, w_sparse, w_colbert], got {list(weights)}",
-            param="weights",
-        )
-    for name, value in (
-        ("max_query_length", max_query_length),
-        ("max_passage_length", max_passage_length),
-    ):
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise SparseEmbeddingError(f"{name} must be an integer >= 1, got {value!r}", param=name)
-    query_options: EmbedOptions = {
-        **_ALL_THREE,
-        "truncate_prompt_tokens": max_query_length or DEFAULT_MAX_QUERY_LENGTH,
+) -> list[dict[str, Any]]:
+    """The scoring requests' bodies: the query against each batch of 64
+    documents, checked with the server's own schema before any is sent."""
+    data = {
+        "query": query,
+        "documents": list(documents) if not isinstance(documents, str) else documents,
+        "weights": list(weights) if weights is not None else None,
+        "max_query_length": max_query_length,
+        "max_passage_length": max_passage_length,
     }
-    # -1: vLLM truncates to the server's max_model_len.
-    passage_options: EmbedOptions = {
-        **_ALL_THREE,
-        "truncate_prompt_tokens": max_passage_length or -1,
-    }
-    batches = [
-        (list(documents[i : i + ADAPTER_BATCH_SIZE]), passage_options)
-        for i in range(0, len(documents), ADAPTER_BATCH_SIZE)
-    ]
-    return query_options, batches
+    try:
+        request = ScoreRequest.model_validate({k: v for k, v in data.items() if v is not None})
+    except ValidationError as exc:
+        message, field = describe_validation_error(exc)
+        raise SparseEmbeddingError(message, param=field) from None
+    assert request.documents is not None  # the schema's check
+    bodies = []
+    for start in range(0, len(request.documents), ADAPTER_BATCH_SIZE):
+        batch = request.documents[start : start + ADAPTER_BATCH_SIZE]
+        body: dict[str, Any] = {
+            "data": request.model_copy(update={"documents": batch}).model_dump(exclude_none=True)
+        }
+        if model is not None:
+            body["model"] = model
+        bodies.append(body)
+    return bodies
 
 
-def _pair_scores(
-    query: SparseEmbeddingResponse,
-    documents: Sequence[SparseEmbeddingResponse],
-    weights: Sequence[float] | None,
-) -> list[dict[str, float]]:
-    """``compute_score``'s five keys for the query against each document."""
-    # Here, not at the top: the client imports without numpy (its [client] extra).
-    from ._scores import colbert_score, dense_score, m3_scores
-
-    (q,) = query.data
-    return [
-        m3_scores(
-            dense_score(q.dense_embedding, d.dense_embedding),
-            lexical_matching_score(q, d),
-            colbert_score(q.colbert_vecs, d.colbert_vecs),
-            weights,
-        )
-        for response in documents
-        for d in response.data
-    ]
+def _scores_of(results: Sequence[ScoreResult]) -> list[dict[str, float]]:
+    return [item.scores for result in results for item in result.data]
 
 
 _Http = TypeVar("_Http", httpx.Client, httpx.AsyncClient)
@@ -378,6 +354,10 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         :class:`SparseEmbeddingError` for a status).
         """
         body, request_id = _prepare(self.model, input, options)
+        return _parse_response(self._post(body, request_id), PoolingResult)
+
+    def _post(self, body: dict[str, Any], request_id: str | None = None) -> httpx.Response:
+        """POST /pooling, with the retries; the last failure raises."""
         headers = self._request_headers(request_id)
         retry = 0
         while True:
@@ -390,7 +370,7 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
             if self._give_up(outcome, retry):
                 if isinstance(outcome, Exception):
                     raise outcome
-                return _parse_response(outcome)
+                return outcome
             time.sleep(_delay_for(outcome, retry, self.backoff))
             retry += 1
 
@@ -411,13 +391,16 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         ``documents``: one dict per document, in their order, with the keys
         ``dense``, ``sparse``, ``colbert``, ``sparse+dense`` and
         ``colbert+sparse+dense``; ``weights`` are ``[w_dense, w_sparse,
-        w_colbert]`` (``[1, 1, 1]`` by default). One request for the query,
-        one per 64 documents."""
-        query_options, batches = _score_requests(
-            query, documents, weights, max_query_length, max_passage_length
+        w_colbert]`` (``[1, 1, 1]`` by default). The server scores (the
+        request's ``query`` and ``documents``), 64 documents per request; the
+        query is cut at ``max_query_length`` tokens (512 by default), each
+        document at ``max_passage_length`` (the model's length by default)."""
+        if not isinstance(documents, str) and len(documents) == 0:
+            return []
+        bodies = _score_bodies(
+            self.model, query, documents, weights, max_query_length, max_passage_length
         )
-        q = self.embed(query, **query_options)
-        return _pair_scores(q, [self.embed(docs, **options) for docs, options in batches], weights)
+        return _scores_of([_parse_response(self._post(body), ScoreResult) for body in bodies])
 
     def close(self) -> None:
         if self._owns_http:
@@ -442,6 +425,10 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
     ) -> PoolingResult:
         """See :meth:`SparseEmbeddingClient.embed`."""
         body, request_id = _prepare(self.model, input, options)
+        return _parse_response(await self._post(body, request_id), PoolingResult)
+
+    async def _post(self, body: dict[str, Any], request_id: str | None = None) -> httpx.Response:
+        """See :meth:`SparseEmbeddingClient._post`."""
         headers = self._request_headers(request_id)
         retry = 0
         while True:
@@ -454,7 +441,7 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
             if self._give_up(outcome, retry):
                 if isinstance(outcome, Exception):
                     raise outcome
-                return _parse_response(outcome)
+                return outcome
             await asyncio.sleep(_delay_for(outcome, retry, self.backoff))
             retry += 1
 
@@ -472,14 +459,13 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
         max_passage_length: int | None = None,
     ) -> list[dict[str, float]]:
         """See :meth:`SparseEmbeddingClient.score`; the requests go at once."""
-        query_options, batches = _score_requests(
-            query, documents, weights, max_query_length, max_passage_length
+        if not isinstance(documents, str) and len(documents) == 0:
+            return []
+        bodies = _score_bodies(
+            self.model, query, documents, weights, max_query_length, max_passage_length
         )
-        q, *responses = await asyncio.gather(
-            self.embed(query, **query_options),
-            *(self.embed(docs, **options) for docs, options in batches),
-        )
-        return _pair_scores(q, responses, weights)
+        responses = await asyncio.gather(*(self._post(body) for body in bodies))
+        return _scores_of([_parse_response(r, ScoreResult) for r in responses])
 
     async def aclose(self) -> None:
         if self._owns_http:

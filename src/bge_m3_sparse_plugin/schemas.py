@@ -20,7 +20,11 @@ from typing_extensions import TypedDict
 from ._formats import SparseFormat
 
 __all__ = [
+    "SCORE_KEYS",
     "IndicesValues",
+    "ScoreItem",
+    "ScoreRequest",
+    "ScoreResponse",
     "SparseEmbedding",
     "SparseEmbeddingItem",
     "SparseEmbeddingRequest",
@@ -28,6 +32,7 @@ __all__ = [
     "SparseEmbeddingUsage",
     "SparseToken",
     "describe_validation_error",
+    "is_score_request",
 ]
 
 Input = str | list[str] | list[int] | list[list[int]]
@@ -244,3 +249,99 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
         else:
             problems.append(f"{path}: {err['msg']}, got {_short(err.get('input'))}")
     return "invalid request data: " + "; ".join(problems), fields[0]
+
+
+# Scoring: FlagEmbedding's compute_score, served.
+
+# compute_score's keys, in its order: each pair's ``scores`` holds them all.
+SCORE_KEYS = ("dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense")
+
+_Text = Annotated[str, Field(strict=True)]  # "" too: compute_score takes it, as <s></s>
+_Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+
+
+class ScoreRequest(BaseModel):
+    """The ``data`` object of a scoring request: ``BGEM3FlagModel.compute_score``
+    for one query against ``documents`` (the rerank case), or for ``pairs``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    query: _Text | None = Field(default=None, description="The query, scored against documents.")
+    documents: Annotated[list[_Text], Field(min_length=1)] | None = Field(
+        default=None, description="The passages to score against query, in the order returned."
+    )
+    pairs: Annotated[list[tuple[_Text, _Text]], Field(min_length=1)] | None = Field(
+        default=None, description="[query, passage] pairs, instead of query and documents."
+    )
+    weights: tuple[_Weight, _Weight, _Weight] | None = Field(
+        default=None,
+        description="[w_dense, w_sparse, w_colbert] for the combined keys; [1, 1, 1] by default.",
+    )
+    max_query_length: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+        default=None,
+        description="Cut each query at this many tokens, </s> kept; 512 by default.",
+    )
+    max_passage_length: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+        default=None,
+        description=(
+            "Cut each passage at this many tokens, </s> kept; by default, and at most, "
+            "the model's length on this server."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> ScoreRequest:
+        if self.pairs is not None:
+            for name in ("query", "documents"):
+                if getattr(self, name) is not None:
+                    raise PydanticCustomError(
+                        "input_combination",
+                        "data.pairs is given, and so is data.{name}: send query and "
+                        "documents, or pairs",
+                        {"name": name, "field": f"data.{name}"},
+                    )
+        elif self.query is None or self.documents is None:
+            missing = "query" if self.query is None else "documents"
+            raise PydanticCustomError(
+                "input_combination",
+                "data.{missing} is missing: a scoring request has query and documents, or pairs",
+                {"missing": missing, "field": f"data.{missing}"},
+            )
+        if self.weights is not None:
+            w_dense, w_sparse, _ = self.weights
+            if w_dense + w_sparse <= 0:
+                raise PydanticCustomError(
+                    "input_weights",
+                    "data.weights: w_dense + w_sparse must be above 0 (sparse+dense is "
+                    "their weighted mean), got {weights}",
+                    {"weights": list(self.weights), "field": "data.weights"},
+                )
+        return self
+
+    def pair_list(self) -> list[tuple[str, str]]:
+        """The (query, passage) pairs, in the order of the response."""
+        if self.pairs is not None:
+            return list(self.pairs)
+        assert self.query is not None and self.documents is not None  # _one_shape
+        return [(self.query, document) for document in self.documents]
+
+
+class ScoreItem(BaseModel):
+    """One pair's scores: ``compute_score``'s five keys."""
+
+    index: int
+    object: Literal["score"] = "score"
+    scores: dict[str, float]
+
+
+class ScoreResponse(BaseModel):
+    data: list[ScoreItem]
+    usage: SparseEmbeddingUsage
+
+
+def is_score_request(data: object) -> bool:
+    """A ``data`` object that asks for scores (it names query, documents or
+    pairs) rather than embeddings. Decided here only."""
+    return isinstance(data, ScoreRequest) or (
+        isinstance(data, dict) and not {"query", "documents", "pairs"}.isdisjoint(data)
+    )

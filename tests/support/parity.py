@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 # Both sides run in fp32 on the CPU; only the kernels differ.
 RTOL = 1e-5
@@ -77,3 +78,32 @@ def assert_items_equal_flag(items: list[dict], data: dict, flag: dict, label: st
                 atol=ATOL,
                 err_msg=where,
             )
+
+
+def flag_scores(
+    flag_model,
+    pairs: list[tuple[str, str]],
+    weights=None,
+    max_query_length: int = 512,
+    max_passage_length: int = 1024,
+) -> list[dict]:
+    """FlagEmbedding's compute_score over ``pairs``, as one dict per pair."""
+    from bge_m3_sparse_plugin._scores import SCORE_KEYS
+
+    got = flag_model.compute_score(
+        pairs,
+        max_query_length=max_query_length,
+        max_passage_length=max_passage_length,
+        weights_for_different_modes=weights,
+    )
+    return [{key: got[key][i] for key in SCORE_KEYS} for i in range(len(pairs))]
+
+
+def assert_scores_equal(got: list[dict], want: list[dict], label: str) -> None:
+    """The same pairs, each with compute_score's five keys in its order, equal."""
+    from bge_m3_sparse_plugin._scores import SCORE_KEYS
+
+    assert len(got) == len(want), label
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert list(g) == list(SCORE_KEYS), label
+        assert g == pytest.approx(w, rel=RTOL, abs=ATOL), f"{label}, pair {i}"

@@ -28,23 +28,30 @@ from vllm.renderers import BaseRenderer
 
 from .._checks import (
     DEFAULT_TASK,
+    SCORE_TASKS,
     RequestError,
     Wants,
     check_lengths,
     check_limits,
     max_tokens,
     prompts_for,
+    score_plan,
     tasks_for,
 )
 from .._config import MAX_PENDING_ENV, Limits
 from .._embeddings import Model, embedding_items
+from .._scores import pair_scores
 from .._sparse import start_compiling
 from .._tokens import TokenDecoder, special_token_ids
 from ..schemas import (
+    ScoreItem,
+    ScoreRequest,
+    ScoreResponse,
     SparseEmbeddingRequest,
     SparseEmbeddingResponse,
     SparseEmbeddingUsage,
     describe_validation_error,
+    is_score_request,
 )
 from ._guard import guard_model_routes
 from ._metrics import set_pending
@@ -66,11 +73,35 @@ class _Options:
     tasks: tuple[str, ...]  # the pooling tasks its prompts ran, one run of inputs each
 
 
+@dataclass(frozen=True)
+class _ScoreOptions:
+    # A scoring request after pre_process: its pairs as indices, its texts dropped.
+    n_queries: int  # the prompts are the distinct queries, then the distinct passages
+    pairs: list[tuple[int, int]]
+    weights: tuple[float, float, float] | None
+
+
+# What a score computes from each text: the three outputs, sparse as FlagEmbedding's dict.
+_ALL_THREE = SparseEmbeddingRequest.model_construct(
+    input="",
+    return_tokens=False,
+    return_sparse=True,
+    return_dense=True,
+    return_colbert_vecs=True,
+    sparse_format="lexical_weights",
+    top_k=None,
+    min_weight=None,
+)
+
+Request = SparseEmbeddingRequest | ScoreRequest
+Response = SparseEmbeddingResponse | ScoreResponse
+
+
 # Offline, LLM.encode runs pre_process and post_process in the caller's
 # thread, one call after the other: a context variable carries the options
 # (each thread has its own), and a call that failed in between is simply
 # overwritten by the next one.
-_offline_options: contextvars.ContextVar[_Options | None] = contextvars.ContextVar(
+_offline_options: contextvars.ContextVar[_Options | _ScoreOptions | None] = contextvars.ContextVar(
     "bge_m3_sparse_offline_options", default=None
 )
 
@@ -102,10 +133,11 @@ class _PerPromptParams(list[PoolingParams]):
             params.verify(model_config)
 
 
-class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingResponse]):
+class BgeM3SparseProcessor(IOProcessor[Request, Response]):
     """Serves BGE-M3's lexical weights, dense vector and ColBERT vectors,
     each request from the pooling task that gives what it asks (``tasks_for``),
-    whatever task the server was started with.
+    whatever task the server was started with; and, for a ``data`` with
+    query and documents or pairs, FlagEmbedding's ``compute_score``.
 
     Per-request options travel from ``pre_process`` to ``post_process``: online
     in a map of the requests in flight keyed by request id, which refuses a
@@ -122,6 +154,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         model_config = vllm_config.model_config
         hf_config = model_config.hf_config
         tokenizer = renderer.get_tokenizer()
+        self.tokenizer = tokenizer
         self.max_tokens = max_tokens(model_config)
         if self.max_tokens < model_config.max_model_len:
             logger.warning(
@@ -145,21 +178,23 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
             decode=TokenDecoder(tokenizer).decode,
         )
         self.limits = Limits.from_env()
-        self.pending: PendingRequests[_Options] = PendingRequests(
+        self.pending: PendingRequests[_Options | _ScoreOptions] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
         set_pending(0)  # on /metrics from the start, not from the first request
 
-    def parse_data(self, data: object) -> SparseEmbeddingRequest:
-        if isinstance(data, SparseEmbeddingRequest):
+    def parse_data(self, data: object) -> Request:
+        if isinstance(data, (SparseEmbeddingRequest, ScoreRequest)):
             return data
         if not isinstance(data, dict):
             raise VLLMValidationError(
-                f"data must be an object with an 'input' field, got {type(data).__name__}",
+                "data must be an object with an 'input' field (or, to score, 'query' and "
+                f"'documents', or 'pairs'), got {type(data).__name__}",
                 parameter="data",
             )
+        schema = ScoreRequest if is_score_request(data) else SparseEmbeddingRequest
         try:
-            return SparseEmbeddingRequest.model_validate(data)
+            return schema.model_validate(data)
         except ValidationError as exc:
             message, field = describe_validation_error(exc)
             raise VLLMValidationError(message, parameter=field) from None
@@ -180,10 +215,12 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
 
     def pre_process(
         self,
-        prompt: SparseEmbeddingRequest,
+        prompt: Request,
         request_id: str | None = None,
         **kwargs: Any,
     ) -> Sequence[PromptType]:
+        if isinstance(prompt, ScoreRequest):
+            return self._pre_score(prompt, request_id)
         wants = Wants(prompt.return_sparse, prompt.return_dense, prompt.return_colbert_vecs)
         inputs, single = prompt.inputs(), prompt.is_single()
         with _as_400():
@@ -193,6 +230,49 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         options = _Options(
             request=prompt.model_copy(update={"input": ""}), single=single, tasks=tasks
         )
+        return self._prompts(request_id, options, prompts, tasks)
+
+    def _pre_score(self, request: ScoreRequest, request_id: str | None) -> Sequence[PromptType]:
+        """Each distinct query and passage once, tokenized here with its own
+        cut (as compute_score tokenizes queries and passages apart), for all
+        three outputs."""
+        plan = score_plan(
+            request.pair_list(),
+            request.max_query_length,
+            request.max_passage_length,
+            self.max_tokens,
+        )
+        with _as_400():
+            check_limits(
+                plan.queries + plan.passages,
+                self.limits.max_inputs,
+                self.limits.max_chars,
+                "data.pairs" if request.pairs is not None else "data.documents",
+            )
+        token_lists = [
+            *self._tokenize(plan.queries, plan.query_cut),
+            *self._tokenize(plan.passages, plan.passage_cut),
+        ]
+        prompts = [{"prompt_token_ids": ids} for ids in token_lists]
+        options = _ScoreOptions(
+            n_queries=len(plan.queries), pairs=plan.pairs, weights=request.weights
+        )
+        return self._prompts(request_id, options, prompts, SCORE_TASKS)
+
+    def _tokenize(self, texts: list[str], cut: int) -> list[list[int]]:
+        # As FlagEmbedding's compute_score: truncation keeps <s> and </s>.
+        return [
+            list(ids) for ids in self.tokenizer(texts, truncation=True, max_length=cut)["input_ids"]
+        ]
+
+    def _prompts(
+        self,
+        request_id: str | None,
+        options: _Options | _ScoreOptions,
+        prompts: Sequence[Any],
+        tasks: Sequence[str],
+    ) -> list[PromptType]:
+        """Keep ``options`` for ``post_process``, and give each prompt its tasks."""
         if request_id is None:  # offline: LLM.encode
             _offline_options.set(options)
         else:
@@ -200,9 +280,9 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         # Each input runs once per task: all the inputs for the first, then
         # all of them for the next; post_process takes them back in runs.
         _prompt_tasks.set([task for task in tasks for _ in prompts])
-        return cast(list[PromptType], prompts * len(tasks))
+        return cast(list[PromptType], list(prompts) * len(tasks))
 
-    def _hold(self, request_id: str, options: _Options) -> None:
+    def _hold(self, request_id: str, options: _Options | _ScoreOptions) -> None:
         """Keep ``options`` for ``post_process`` until the request ends."""
         try:
             self.pending.claim(request_id, options)
@@ -235,7 +315,7 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         model_output: Sequence[PoolingRequestOutput],
         request_id: str | None = None,
         **kwargs: Any,
-    ) -> SparseEmbeddingResponse:
+    ) -> Response:
         if request_id is None:  # offline: LLM.encode
             options = _offline_options.get()
             _offline_options.set(None)
@@ -243,6 +323,8 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
             options = self.pending.pop(request_id)
         if options is None:  # vLLM called post_process without pre_process
             raise RuntimeError(f"bge_m3_sparse_plugin has no options for request {request_id!r}")
+        if isinstance(options, _ScoreOptions):
+            return self._post_score(model_output, options)
         token_lists = [out.prompt_token_ids or [] for out in model_output]
         inputs = token_lists[: len(token_lists) // len(options.tasks)]  # the first run
         with _as_400():
@@ -252,6 +334,20 @@ class BgeM3SparseProcessor(IOProcessor[SparseEmbeddingRequest, SparseEmbeddingRe
         prompt_tokens = sum(map(len, inputs))
         return SparseEmbeddingResponse(
             data=items,
+            usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
+        )
+
+    def _post_score(
+        self, model_output: Sequence[PoolingRequestOutput], options: _ScoreOptions
+    ) -> ScoreResponse:
+        token_lists = [out.prompt_token_ids or [] for out in model_output]
+        pooled = [out.outputs.data for out in model_output]
+        items = embedding_items(token_lists, pooled, _ALL_THREE, SCORE_TASKS, self.model)
+        queries, passages = items[: options.n_queries], items[options.n_queries :]
+        scores = pair_scores(queries, passages, options.pairs, options.weights)
+        prompt_tokens = sum(map(len, token_lists[: len(items)]))  # the first run
+        return ScoreResponse(
+            data=[ScoreItem(index=i, scores=s) for i, s in enumerate(scores)],
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
         )
 

@@ -1,0 +1,165 @@
+"""FlagEmbedding's compute_score, served: a /pooling (or LLM.encode) request
+whose data holds a query and documents, or pairs, answered with compute_score's
+five keys per pair; against real FlagEmbedding, on a real engine and server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from .support.parity import assert_scores_equal, flag_scores
+from .support.requests import body, pooling, post
+from .support.texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
+
+pytestmark = pytest.mark.engine
+
+DOCS = [t for k, t in PARITY_TEXTS.items() if k not in EMPTY_BY_DESIGN] + [LONG_TEXT]
+# Over the tiny model's 1024 positions: cut at the model's length, </s> kept.
+LONGER_THAN_THE_MODEL = " ".join(
+    f"passage {i} on rivers, mountains and the sky;" for i in range(160)
+)
+
+
+def scores_of(answer: dict) -> list[dict]:
+    items = answer["data"]
+    assert [item["index"] for item in items] == list(range(len(items)))
+    assert {item["object"] for item in items} == {"score"}
+    return [item["scores"] for item in items]
+
+
+def test_a_query_against_documents_equals_compute_score(server, flag_model, tokenizer):
+    query = "sparse and dense retrieval of documents"
+    answer = pooling(server, {"query": query, "documents": DOCS})["data"]
+    assert_scores_equal(
+        scores_of(answer), flag_scores(flag_model, [(query, d) for d in DOCS]), "rerank"
+    )
+    # The query runs once, not once per document.
+    tokens = sum(len(tokenizer(t)["input_ids"]) for t in [query, *DOCS])
+    assert answer["usage"]["prompt_tokens"] == tokens
+
+
+def test_pairs_with_weights_and_cuts_equal_compute_score(server, flag_model):
+    pairs = [
+        ("I love China", "hi, bge-m3"),
+        (LONG_TEXT, "I love China"),  # a query cut at max_query_length
+        ("I love China", LONG_TEXT),  # a passage cut at max_passage_length
+        ("hi, bge-m3", "hi, bge-m3"),
+        ("I love China", "hi, bge-m3"),  # the first pair again
+        ("", "hi, bge-m3"),  # empty texts: <s></s>, as compute_score takes them
+        ("I love China", ""),
+    ]
+    data = {
+        "pairs": [list(p) for p in pairs],
+        "weights": [0.4, 0.2, 0.4],
+        "max_query_length": 24,
+        "max_passage_length": 40,
+    }
+    got = scores_of(pooling(server, data)["data"])
+    want = flag_scores(flag_model, pairs, [0.4, 0.2, 0.4], 24, 40)
+    assert_scores_equal(got, want, "pairs")
+    assert got[4] == got[0]
+
+
+def test_a_passage_longer_than_the_model_is_cut_at_the_models_length(server, flag_model):
+    """No max_passage_length: the model's length (1024 here), as
+    compute_score's default would be on this model; FlagEmbedding is asked
+    for 1024 explicitly, since its default (8192) is past this model's table."""
+    query = "rivers and mountains"
+    docs = [LONGER_THAN_THE_MODEL, "the sky"]
+    got = scores_of(pooling(server, {"query": query, "documents": docs})["data"])
+    assert_scores_equal(
+        got, flag_scores(flag_model, [(query, d) for d in docs], max_passage_length=1024), "cut"
+    )
+    # And a max_passage_length above it is held at it.
+    data = {"query": query, "documents": docs, "max_passage_length": 8192}
+    assert scores_of(pooling(server, data)["data"]) == got
+
+
+def test_offline_llm_encode_scores_as_the_server(llm, flag_model):
+    query = "sparse and dense retrieval of documents"
+    (out,) = llm.encode({"data": {"query": query, "documents": DOCS}}, pooling_task="plugin")
+    got = [item.scores for item in out.outputs.data]
+    assert_scores_equal(got, flag_scores(flag_model, [(query, d) for d in DOCS]), "offline")
+    pairs = [("hi, bge-m3", "I love China"), (LONG_TEXT, LONG_TEXT)]
+    data = {"pairs": pairs, "weights": [1, 0, 2], "max_query_length": 16}
+    (out,) = llm.encode({"data": data}, pooling_task="plugin")
+    got = [item.scores for item in out.outputs.data]
+    assert_scores_equal(got, flag_scores(flag_model, pairs, [1, 0, 2], 16), "offline pairs")
+
+
+def test_concurrent_score_and_embedding_requests_keep_their_own_answers(server):
+    """A burst of scoring requests (each query its own) among embedding
+    requests: each answer equals the same request sent alone."""
+    requests = []
+    for k in range(12):
+        if k % 3 == 2:
+            requests.append({"input": DOCS[k % len(DOCS)], "return_colbert_vecs": True})
+        else:
+            requests.append({"query": f"query {k} about China", "documents": DOCS[k % 4 :]})
+    alone = [pooling(server, data)["data"] for data in requests]
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=120) as client:
+            return await asyncio.gather(
+                *(client.post(server.url + "/pooling", json=body(d)) for d in requests)
+            )
+
+    for k, (resp, want) in enumerate(zip(asyncio.run(burst()), alone)):
+        assert resp.status_code == 200, resp.text
+        got = resp.json()["data"]
+        if "query" in requests[k]:
+            assert_scores_equal(scores_of(got), scores_of(want), f"request {k}")
+        else:
+            assert got["usage"] == want["usage"], k
+            assert len(got["data"][0]["colbert_vecs"]) == len(want["data"][0]["colbert_vecs"])
+
+
+@pytest.mark.parametrize(
+    "data,param,says",
+    [
+        ({"query": "q"}, "data.documents", "data.documents is missing"),
+        ({"documents": ["d"]}, "data.query", "data.query is missing"),
+        ({"query": "q", "documents": []}, "data.documents", "at least 1 item"),
+        ({"query": "q", "documents": ["d", 7]}, "data.documents[1]", "valid string"),
+        ({"query": "q", "documents": "d"}, "data.documents", "valid list"),
+        ({"query": "q", "documents": ["d"], "pairs": [["q", "d"]]}, "data.query", "or pairs"),
+        ({"pairs": [["q"]]}, "data.pairs[0][1]", "field required"),
+        ({"pairs": [["q", "d", "e"]]}, "data.pairs[0]", "2 items"),
+        ({"pairs": [["q", 3]]}, "data.pairs[0][1]", "valid string"),
+        (
+            {"query": "q", "documents": ["d"], "weights": [1, 1]},
+            "data.weights[2]",
+            "field required",
+        ),
+        (
+            {"query": "q", "documents": ["d"], "weights": [1, -1, 1]},
+            "data.weights[1]",
+            "greater than or equal to 0",
+        ),
+        ({"query": "q", "documents": ["d"], "weights": [0, 0, 1]}, "data.weights", "above 0"),
+        (
+            {"query": "q", "documents": ["d"], "max_query_length": 0},
+            "data.max_query_length",
+            "greater than or equal to 1",
+        ),
+        (
+            {"query": "q", "documents": ["d"], "max_passage_length": "8"},
+            "data.max_passage_length",
+            "integer",
+        ),
+        ({"query": "q", "documents": ["d"], "input": "x"}, "data.input", "not permitted"),
+        (
+            {"query": "q", "documents": [f"d{i}" for i in range(1024)]},
+            "data.documents",
+            "1025 items; at most 1024",
+        ),
+    ],
+)
+def test_bad_score_requests_get_a_400_naming_the_field(server, data, param, says):
+    resp = post(server, body(data))
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param, error
+    assert says in error["message"], error
