@@ -166,11 +166,7 @@ class Remote:
             self._kept[other].put(texts, vectors)
         return vectors
 
-    def encode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
-        """Vectors for ``texts``, in order, for the ``half`` that asks."""
-        kept = self._take(texts, half)
-        if kept is not None:
-            return kept
+    def _sync_client(self) -> SparseEmbeddingClient:
         if self._sync is None:
             self._sync = SparseEmbeddingClient(
                 self.base_url,
@@ -179,11 +175,19 @@ class Remote:
                 api_key=self.api_key,
                 http_client=self._http_clients[0],
             )
+        return self._sync
+
+    def encode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
+        """Vectors for ``texts``, in order, for the ``half`` that asks."""
+        kept = self._take(texts, half)
+        if kept is not None:
+            return kept
+        client = self._sync_client()
         dense = self.return_dense or half == "dense"
         out: list[Vectors] = []
         for start in range(0, len(texts), self.batch_size):
             batch = texts[start : start + self.batch_size]
-            out.extend(self._vectors(self._sync.embed(batch, **self._options(dense))))
+            out.extend(self._vectors(client.embed(batch, **self._options(dense))))
         return self._after(half, texts, out)
 
     async def aencode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
@@ -215,6 +219,14 @@ class Remote:
             )
             self._async[loop] = client
         return client
+
+    def score(self, query: str, texts: list[str], **options: Any) -> list[dict[str, float]]:
+        """The client's ``score``: compute_score's five keys per text."""
+        return self._sync_client().score(query, texts, **options)
+
+    async def ascore(self, query: str, texts: list[str], **options: Any) -> list[dict[str, float]]:
+        """The asyncio form of :meth:`score`."""
+        return await self._async_client().score(query, texts, **options)
 
     def dense(self, texts: list[str]) -> list[list[float]]:
         return _dense(self.encode(texts, "dense"))

@@ -14,6 +14,10 @@ server running the plugin::
 With ``return_dense=True`` one request per batch brings both vectors:
 ``dense_embeddings`` (a LangChain ``Embeddings``) answers from it.
 
+:class:`BgeM3Reranker` is a ``BaseDocumentCompressor`` (for
+``ContextualCompressionRetriever``) that orders documents by BGE-M3's
+``compute_score``, which the server computes.
+
 Each store's base class is imported only when its class is asked for: a user
 with langchain-qdrant alone imports :class:`BgeM3SparseEmbeddings` without
 langchain-milvus, and the other way round.
@@ -21,19 +25,29 @@ langchain-milvus, and the other way round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.callbacks import Callbacks
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from .._config import DEFAULT_BASE_URL
+from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
 from .._missing import is_missing
 from ._remote import Remote
+from ._rerank import DEFAULT_MODE, check_mode, check_weights, ranked
 
 if TYPE_CHECKING:
     from ._langchain_milvus import BgeM3MilvusSparseEmbeddings
     from ._langchain_qdrant import BgeM3SparseEmbeddings
 
-__all__ = ["BgeM3DenseEmbeddings", "BgeM3MilvusSparseEmbeddings", "BgeM3SparseEmbeddings"]
+__all__ = [
+    "BgeM3DenseEmbeddings",
+    "BgeM3MilvusSparseEmbeddings",
+    "BgeM3Reranker",
+    "BgeM3SparseEmbeddings",
+]
 
 # Each store's class, the module that holds it, and the package it needs.
 _BY_STORE = {
@@ -77,6 +91,72 @@ class BothHalves:
         half's requests with ``return_dense=True``, and they from its."""
         self.remote.attach("dense")
         return self._dense
+
+
+class BgeM3Reranker(BaseDocumentCompressor):
+    """Orders documents by BGE-M3's ``compute_score`` against the query, best
+    first, and keeps ``top_n`` (all when None); each kept document's metadata
+    gets ``relevance_score``, its score for ``mode``. The server scores: one
+    request per 64 documents."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    base_url: str = DEFAULT_BASE_URL
+    model: str | None = None
+    mode: str = DEFAULT_MODE
+    weights: list[float] | None = Field(
+        default=None, description="[w_dense, w_sparse, w_colbert]; [1, 1, 1] by default"
+    )
+    top_n: int | None = 3  # LangChain's rerankers keep 3 by default
+    max_query_length: int | None = None
+    max_passage_length: int | None = None
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    _remote: Remote = PrivateAttr()
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, mode: str) -> str:
+        return check_mode(mode)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, weights: list[float] | None) -> list[float] | None:
+        return check_weights(weights)
+
+    def model_post_init(self, context: Any) -> None:
+        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights,
+            "max_query_length": self.max_query_length,
+            "max_passage_length": self.max_passage_length,
+        }
+
+    def _keep(
+        self, documents: Sequence[Document], scores: list[dict[str, float]]
+    ) -> list[Document]:
+        return [
+            Document(
+                page_content=documents[i].page_content,
+                metadata={**documents[i].metadata, "relevance_score": score},
+                id=documents[i].id,
+            )
+            for i, score in ranked(scores, self.mode, self.top_n)
+        ]
+
+    def compress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        texts = [d.page_content for d in documents]
+        return self._keep(documents, self._remote.score(query, texts, **self._options()))
+
+    async def acompress_documents(
+        self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
+    ) -> Sequence[Document]:
+        texts = [d.page_content for d in documents]
+        return self._keep(documents, await self._remote.ascore(query, texts, **self._options()))
 
 
 def __getattr__(name: str) -> Any:

@@ -15,6 +15,12 @@
 ``(indices, values)``, as LlamaIndex's Qdrant store wants. ``embed_model`` is a
 LlamaIndex embedding of BGE-M3's dense vectors; with ``return_dense=True`` the
 dense vectors of the documents come in the same requests as their sparse ones.
+
+:class:`BgeM3Rerank` is a node postprocessor that orders the retrieved nodes
+by BGE-M3's ``compute_score``, which the server computes::
+
+    engine = index.as_query_engine(similarity_top_k=10,
+                                   node_postprocessors=[BgeM3Rerank(top_n=3)])
 """
 
 from __future__ import annotations
@@ -22,12 +28,15 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from pydantic import PrivateAttr
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
+from pydantic import Field, PrivateAttr, field_validator
 
-from .._config import DEFAULT_BASE_URL
+from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
 from ._remote import Remote
+from ._rerank import DEFAULT_MODE, check_mode, check_weights, ranked
 
-__all__ = ["BgeM3DenseEmbedding", "BgeM3Sparse"]
+__all__ = ["BgeM3DenseEmbedding", "BgeM3Rerank", "BgeM3Sparse"]
 
 BatchSparseEncoding = tuple[list[list[int]], list[list[float]]]
 
@@ -84,3 +93,82 @@ class BgeM3Sparse:
 
     def sparse_query_fn(self, texts: list[str]) -> BatchSparseEncoding:
         return self.sparse_doc_fn(texts)
+
+
+class BgeM3Rerank(BaseNodePostprocessor):
+    """Orders nodes by BGE-M3's ``compute_score`` against the query, best
+    first, and keeps ``top_n``; each node's ``score`` becomes its score for
+    ``mode``. The nodes' text is what they were embedded with
+    (``MetadataMode.EMBED``), as LlamaIndex's own rerankers take it."""
+
+    base_url: str = DEFAULT_BASE_URL
+    model: str | None = None
+    mode: str = DEFAULT_MODE
+    weights: list[float] | None = Field(
+        default=None, description="[w_dense, w_sparse, w_colbert]; [1, 1, 1] by default"
+    )
+    top_n: int | None = 2  # LlamaIndex's rerankers keep 2 by default
+    max_query_length: int | None = None
+    max_passage_length: int | None = None
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    _remote: Remote = PrivateAttr()
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, mode: str) -> str:
+        return check_mode(mode)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, weights: list[float] | None) -> list[float] | None:
+        return check_weights(weights)
+
+    def model_post_init(self, context: Any) -> None:
+        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "BgeM3Rerank"
+
+    def _options(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights,
+            "max_query_length": self.max_query_length,
+            "max_passage_length": self.max_passage_length,
+        }
+
+    @staticmethod
+    def _query_and_texts(
+        nodes: list[NodeWithScore], query_bundle: QueryBundle | None
+    ) -> tuple[str, list[str]]:
+        if query_bundle is None:
+            raise ValueError("BgeM3Rerank needs the query: pass query_bundle or query_str")
+        return query_bundle.query_str, [
+            n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes
+        ]
+
+    def _keep(
+        self, nodes: list[NodeWithScore], scores: list[dict[str, float]]
+    ) -> list[NodeWithScore]:
+        # New NodeWithScore objects: the caller's keep their retrieval scores.
+        return [
+            NodeWithScore(node=nodes[i].node, score=score)
+            for i, score in ranked(scores, self.mode, self.top_n)
+        ]
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        query, texts = self._query_and_texts(nodes, query_bundle)
+        if not nodes:
+            return []
+        return self._keep(nodes, self._remote.score(query, texts, **self._options()))
+
+    async def _apostprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        query, texts = self._query_and_texts(nodes, query_bundle)
+        if not nodes:
+            return []
+        return self._keep(nodes, await self._remote.ascore(query, texts, **self._options()))
