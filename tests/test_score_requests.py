@@ -40,7 +40,7 @@ def test_a_query_against_documents_equals_compute_score(server, flag_model, toke
     assert answer["usage"]["prompt_tokens"] == tokens
 
 
-def test_pairs_with_weights_and_cuts_equal_compute_score(server, flag_model):
+def test_pairs_with_weights_and_cuts_equal_compute_score(server, flag_model, tokenizer):
     pairs = [
         ("I love China", "hi, bge-m3"),
         (LONG_TEXT, "I love China"),  # a query cut at max_query_length
@@ -56,10 +56,18 @@ def test_pairs_with_weights_and_cuts_equal_compute_score(server, flag_model):
         "max_query_length": 24,
         "max_passage_length": 40,
     }
-    got = scores_of(pooling(server, data)["data"])
+    answer = pooling(server, data)["data"]
+    got = scores_of(answer)
     want = flag_scores(flag_model, pairs, [0.4, 0.2, 0.4], 24, 40)
     assert_scores_equal(got, want, "pairs")
     assert got[4] == got[0]
+
+    # Each distinct query, and each distinct passage, ran once, with its own cut.
+    def tokens(texts, cut):
+        return sum(len(tokenizer(t, truncation=True, max_length=cut)["input_ids"]) for t in texts)
+
+    queries, passages = {q for q, _ in pairs}, {p for _, p in pairs}
+    assert answer["usage"]["prompt_tokens"] == tokens(queries, 24) + tokens(passages, 40)
 
 
 def test_a_passage_longer_than_the_model_is_cut_at_the_models_length(server, flag_model):
