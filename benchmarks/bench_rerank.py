@@ -6,7 +6,10 @@ by side, on the same model, the same documents and the same 2 cores.
 
 Each round reranks the documents for each query once per path:
 - plugin: ``SparseEmbeddingClient.score(query, docs)``: the server scores,
-  64 documents per request (2 requests for 100), the query in each;
+  64 documents per request (2 requests for 100), the query in each; on the
+  README's server (vLLM's default binding: the engine computes on one core, the
+  other is kept for the front end), and on one whose engine is bound to both
+  cores (``bge-m3-sparse cpu-env``'s binding), as FlagEmbedding uses both;
 - FlagEmbedding: ``BGEM3FlagModel.compute_score([(query, doc) for doc in
   docs], max_passage_length=<the model's length>)``, fp32, its default batch
   of 256 pairs (it encodes the query once per pair, as it is written).
@@ -23,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import documents, interleaved, median, model_dir, print_settings
+from _common import CPU_ENGINE_ENV, documents, interleaved, median, model_dir, print_settings
 from _server import BenchServer
 
 from bge_m3_sparse_plugin.client import SparseEmbeddingClient
@@ -57,11 +60,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="br") as tmp:
         server = BenchServer(path, Path(tmp) / "server.log")
+        both = BenchServer(path, Path(tmp) / "both.log", env=CPU_ENGINE_ENV)
         try:
-            with SparseEmbeddingClient(server.url, timeout=600) as client:
+            with (
+                SparseEmbeddingClient(server.url, timeout=600) as client,
+                SparseEmbeddingClient(both.url, timeout=600) as both_client,
+            ):
 
-                def plugin_scores(query: str) -> list[float]:
-                    return [s[MODE] for s in client.score(query, docs)]
+                def plugin_scores(query: str, c: SparseEmbeddingClient = client) -> list[float]:
+                    return [s[MODE] for s in c.score(query, docs)]
 
                 # Warm-up, and the check that both rank alike.
                 for query in queries[:1]:
@@ -72,13 +79,17 @@ def main() -> None:
                     print(f"  same order as compute_score: {same}; largest difference {worst:.2e}")
                 times = interleaved(
                     {
-                        "plugin score (server)": lambda: [plugin_scores(q) for q in queries],
+                        "plugin, README's server": lambda: [plugin_scores(q) for q in queries],
+                        "plugin, engine on 2 cores": lambda: [
+                            plugin_scores(q, both_client) for q in queries
+                        ],
                         "FlagEmbedding compute_score": lambda: [flag_scores(q) for q in queries],
                     },
                     args.rounds,
                 )
         finally:
             server.stop()
+            both.stop()
     reranked = args.docs * len(queries)
     base = median(times["FlagEmbedding compute_score"])
     for name, values in times.items():
