@@ -1,13 +1,19 @@
-"""What the three rerankers share: the mode they rank by, its check, and the
-order (pure; the scores come from the server, ``Remote.score``)."""
+"""What the three rerankers share: the mode they rank by, its check, the
+order (pure), and the settings of the two that are pydantic models (the
+scores come from the server, ``Remote.score``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
+
+from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
 from ..schemas import SCORE_KEYS
+from ._remote import Remote
 
-__all__ = ["DEFAULT_MODE", "check_mode", "check_weights", "ranked"]
+__all__ = ["DEFAULT_MODE", "RerankerSettings", "check_mode", "check_weights", "ranked"]
 
 # compute_score's combination of all three, as FlagEmbedding's README ranks.
 DEFAULT_MODE = "colbert+sparse+dense"
@@ -37,3 +43,46 @@ def ranked(
     equal scores keep the order they came in."""
     order = sorted(range(len(scores)), key=lambda i: -scores[i][mode])
     return [(i, scores[i][mode]) for i in order[:top_n]]
+
+
+class RerankerSettings(BaseModel):
+    """The fields, checks and server of LangChain's and LlamaIndex's rerankers
+    (both pydantic models); each adds its framework's base class and ``top_n``."""
+
+    base_url: str = DEFAULT_BASE_URL
+    model: str | None = None
+    mode: str = DEFAULT_MODE
+    weights: list[float] | None = Field(
+        default=None, description="[w_dense, w_sparse, w_colbert]; [1, 1, 1] by default"
+    )
+    max_query_length: int | None = None
+    max_passage_length: int | None = None
+    api_key: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    _remote: Remote = PrivateAttr()
+
+    @field_validator("mode")
+    @classmethod
+    def _mode(cls, mode: str) -> str:
+        return check_mode(mode)
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, weights: list[float] | None) -> list[float] | None:
+        return check_weights(weights)
+
+    def model_post_init(self, context: Any) -> None:
+        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
+
+    def _score_options(self) -> dict[str, Any]:
+        return {
+            "weights": self.weights,
+            "max_query_length": self.max_query_length,
+            "max_passage_length": self.max_passage_length,
+        }
+
+    def _scores(self, query: str, texts: list[str]) -> list[dict[str, float]]:
+        return self._remote.score(query, texts, **self._score_options())
+
+    async def _ascores(self, query: str, texts: list[str]) -> list[dict[str, float]]:
+        return await self._remote.ascore(query, texts, **self._score_options())

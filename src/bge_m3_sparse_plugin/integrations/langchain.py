@@ -31,12 +31,12 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.embeddings import Embeddings
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict
 
-from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
+from .._config import DEFAULT_BASE_URL
 from .._missing import is_missing
 from ._remote import Remote
-from ._rerank import DEFAULT_MODE, check_mode, check_weights, ranked
+from ._rerank import RerankerSettings, ranked
 
 if TYPE_CHECKING:
     from ._langchain_milvus import BgeM3MilvusSparseEmbeddings
@@ -93,7 +93,7 @@ class BothHalves:
         return self._dense
 
 
-class BgeM3Reranker(BaseDocumentCompressor):
+class BgeM3Reranker(RerankerSettings, BaseDocumentCompressor):
     """Orders documents by BGE-M3's ``compute_score`` against the query, best
     first, and keeps ``top_n`` (all when None); each kept document's metadata
     gets ``relevance_score``, its score for ``mode``. The server scores: one
@@ -101,38 +101,7 @@ class BgeM3Reranker(BaseDocumentCompressor):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    base_url: str = DEFAULT_BASE_URL
-    model: str | None = None
-    mode: str = DEFAULT_MODE
-    weights: list[float] | None = Field(
-        default=None, description="[w_dense, w_sparse, w_colbert]; [1, 1, 1] by default"
-    )
     top_n: int | None = 3  # LangChain's rerankers keep 3 by default
-    max_query_length: int | None = None
-    max_passage_length: int | None = None
-    api_key: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    _remote: Remote = PrivateAttr()
-
-    @field_validator("mode")
-    @classmethod
-    def _mode(cls, mode: str) -> str:
-        return check_mode(mode)
-
-    @field_validator("weights")
-    @classmethod
-    def _weights(cls, weights: list[float] | None) -> list[float] | None:
-        return check_weights(weights)
-
-    def model_post_init(self, context: Any) -> None:
-        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
-
-    def _options(self) -> dict[str, Any]:
-        return {
-            "weights": self.weights,
-            "max_query_length": self.max_query_length,
-            "max_passage_length": self.max_passage_length,
-        }
 
     def _keep(
         self, documents: Sequence[Document], scores: list[dict[str, float]]
@@ -150,13 +119,13 @@ class BgeM3Reranker(BaseDocumentCompressor):
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         texts = [d.page_content for d in documents]
-        return self._keep(documents, self._remote.score(query, texts, **self._options()))
+        return self._keep(documents, self._scores(query, texts))
 
     async def acompress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
         texts = [d.page_content for d in documents]
-        return self._keep(documents, await self._remote.ascore(query, texts, **self._options()))
+        return self._keep(documents, await self._ascores(query, texts))
 
 
 def __getattr__(name: str) -> Any:

@@ -30,11 +30,11 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
-from pydantic import Field, PrivateAttr, field_validator
+from pydantic import PrivateAttr
 
-from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
+from .._config import DEFAULT_BASE_URL
 from ._remote import Remote
-from ._rerank import DEFAULT_MODE, check_mode, check_weights, ranked
+from ._rerank import RerankerSettings, ranked
 
 __all__ = ["BgeM3DenseEmbedding", "BgeM3Rerank", "BgeM3Sparse"]
 
@@ -95,48 +95,17 @@ class BgeM3Sparse:
         return self.sparse_doc_fn(texts)
 
 
-class BgeM3Rerank(BaseNodePostprocessor):
+class BgeM3Rerank(RerankerSettings, BaseNodePostprocessor):
     """Orders nodes by BGE-M3's ``compute_score`` against the query, best
     first, and keeps ``top_n``; each node's ``score`` becomes its score for
     ``mode``. The nodes' text is what they were embedded with
     (``MetadataMode.EMBED``), as LlamaIndex's own rerankers take it."""
 
-    base_url: str = DEFAULT_BASE_URL
-    model: str | None = None
-    mode: str = DEFAULT_MODE
-    weights: list[float] | None = Field(
-        default=None, description="[w_dense, w_sparse, w_colbert]; [1, 1, 1] by default"
-    )
     top_n: int | None = 2  # LlamaIndex's rerankers keep 2 by default
-    max_query_length: int | None = None
-    max_passage_length: int | None = None
-    api_key: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    _remote: Remote = PrivateAttr()
-
-    @field_validator("mode")
-    @classmethod
-    def _mode(cls, mode: str) -> str:
-        return check_mode(mode)
-
-    @field_validator("weights")
-    @classmethod
-    def _weights(cls, weights: list[float] | None) -> list[float] | None:
-        return check_weights(weights)
-
-    def model_post_init(self, context: Any) -> None:
-        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
 
     @classmethod
     def class_name(cls) -> str:
         return "BgeM3Rerank"
-
-    def _options(self) -> dict[str, Any]:
-        return {
-            "weights": self.weights,
-            "max_query_length": self.max_query_length,
-            "max_passage_length": self.max_passage_length,
-        }
 
     @staticmethod
     def _query_and_texts(
@@ -163,7 +132,7 @@ class BgeM3Rerank(BaseNodePostprocessor):
         query, texts = self._query_and_texts(nodes, query_bundle)
         if not nodes:
             return []
-        return self._keep(nodes, self._remote.score(query, texts, **self._options()))
+        return self._keep(nodes, self._scores(query, texts))
 
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
@@ -171,4 +140,4 @@ class BgeM3Rerank(BaseNodePostprocessor):
         query, texts = self._query_and_texts(nodes, query_bundle)
         if not nodes:
             return []
-        return self._keep(nodes, await self._remote.ascore(query, texts, **self._options()))
+        return self._keep(nodes, await self._ascores(query, texts))
