@@ -171,11 +171,13 @@ def test_bad_data_is_a_400_naming_the_field(server, label, data, says, param):
     [
         (
             {"model": SERVED_MODEL_NAME, "data": None},
-            "data must be an object with an 'input' field, got NoneType",
+            "data must be an object with an 'input' field (or, to score, 'query' and "
+            "'documents', or 'pairs'), got NoneType",
         ),
         (
             {"model": SERVED_MODEL_NAME, "data": "text"},
-            "data must be an object with an 'input' field, got str",
+            "data must be an object with an 'input' field (or, to score, 'query' and "
+            "'documents', or 'pairs'), got str",
         ),
         ({"model": SERVED_MODEL_NAME}, "'loc': 'body.data', 'msg': 'Field required'"),
     ],
