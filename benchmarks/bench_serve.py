@@ -44,8 +44,9 @@ async def client(
             resp = await http.post("/pooling", json=body)
             took = time.perf_counter() - start
             resp.raise_for_status()
-            if len(resp.json()["data"]) != len(texts):
-                raise AssertionError(f"{len(texts)} texts sent, {len(resp.json()['data'])} back")
+            items = resp.json()["data"]["data"]
+            if [item["index"] for item in items] != list(range(len(texts))):
+                raise AssertionError(f"{len(texts)} texts sent, {len(items)} back")
             latencies.append(took)
 
 
