@@ -29,11 +29,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CPU_ENGINE_ENV, llm_kwargs, model_dir, print_settings
+from _procs import ProcessWatch
 
 from bge_m3_sparse_plugin._config import engine_kwargs
 from bge_m3_sparse_plugin.tiny_model import WORDS
@@ -91,11 +93,13 @@ def run_command(
     env: dict[str, str] | None = None,
     dtype: str = "float32",
     settings: tuple[str, ...] = BENCH_SETTINGS,
+    watches: list[ProcessWatch] | None = None,
 ) -> tuple[float, float, float]:
     """The index command as a user runs it, with ``settings`` (this benchmark's:
     the engine's as plain LLM.encode's, no progress bar): its job's seconds (from its summary:
     after the (first) engine was ready), the whole process's wall seconds, and its peak RSS in MB (the
-    process and all its children: engine, or Ray and its replicas)."""
+    process and all its children: engine, or Ray and its replicas). With ``watches``,
+    a :class:`~_procs.ProcessWatch` of the run is added to it."""
     inp, out = work / "corpus.jsonl", work / f"out-{len(docs)}-{time.time_ns()}"
     write_jsonl(docs, inp)
     cmd = [
@@ -122,6 +126,8 @@ def run_command(
         env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", **(env or {})},
     )
     thread, peak = peak_rss_of(proc)
+    if watches is not None:
+        watches.append(ProcessWatch(proc.pid, out))
     stdout, _ = proc.communicate()
     wall = time.perf_counter() - started
     thread.join()
@@ -131,7 +137,9 @@ def run_command(
     return seconds, wall, peak[0]
 
 
-def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[float, float, float]:
+def run_ray(
+    model: Path, docs: list[str], work: Path, dense: bool, **kwargs: Any
+) -> tuple[float, float, float]:
     """The command with --ray: a local Ray on this machine, one replica on every core.
     Ray's session and auth token go to a temporary folder, not /tmp/ray and ~/.ray."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
@@ -139,7 +147,13 @@ def run_ray(model: Path, docs: list[str], work: Path, dense: bool) -> tuple[floa
     home.mkdir(exist_ok=True)
     try:
         return run_command(
-            model, docs, work, dense, "--ray", env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)}
+            model,
+            docs,
+            work,
+            dense,
+            "--ray",
+            env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)},
+            **kwargs,
         )
     finally:
         import shutil

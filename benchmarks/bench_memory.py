@@ -2,12 +2,16 @@
 
     python benchmarks/bench_memory.py [--docs 200000] [--model small] [--words 24]
                                       [--png benchmarks/memory_200k.png]
+                                      [--compare ONEDNN_PRIMITIVE_CACHE_CAPACITY=0]
 
 Runs `bge-m3-sparse index` (sparse and dense, 10,000 rows a shard) on --docs
 short documents and samples, every 2 s, the RSS of the command's process and
 of each of its children (vLLM's engine core and its model worker), with the
 rows recorded so far. Prints a table at each tenth of the run and writes the
 plot (needs matplotlib: pip install matplotlib) and the samples as CSV beside it.
+
+--compare VAR=VALUE runs the same command a second time, after the first,
+with that environment variable set, and draws its worker beside the first's.
 """
 
 from __future__ import annotations
@@ -27,31 +31,50 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CPU_ENGINE_ENV, model_dir, print_settings
+from _procs import role, rows_done
 
-from bge_m3_sparse_plugin.index._output import MANIFEST
 from bge_m3_sparse_plugin.tiny_model import WORDS
 
-
-def label(proc: psutil.Process, root: int) -> str:
-    if proc.pid == root:
-        return "command"
-    try:
-        name = proc.name()
-    except psutil.Error:
-        return str(proc.pid)
-    if "EngineCore" in name:
-        return "engine core"
-    if "Worker" in name or "Worker" in " ".join(proc.cmdline()[:3]):
-        return "model worker"
-    return name
+KEYS = ["command MB", "engine core MB", "model worker MB"]
 
 
-def rows_done(out: Path) -> int:
-    try:
-        manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return 0
-    return sum(s.get("rows", 0) for s in manifest.get("shards", {}).values())
+def run(cmd: list[str], out: Path, extra_env: dict[str, str]) -> tuple[str, list[dict]]:
+    """The command's summary and its samples: seconds, rows recorded, MB by process."""
+    env = {**os.environ, **CPU_ENGINE_ENV, "VLLM_LOGGING_LEVEL": "ERROR", **extra_env}
+    samples: list[dict] = []
+    start = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        sample: dict = {"s": round(time.monotonic() - start, 1), "rows": rows_done(out)}
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                key = role(p, proc.pid) + " MB"
+                sample[key] = sample.get(key, 0) + round(p.memory_info().rss / 2**20)
+        except psutil.Error:
+            pass
+        samples.append(sample)
+        time.sleep(2)
+    stdout = proc.stdout.read() if proc.stdout else ""
+    assert proc.returncode == 0, stdout
+    print(stdout.strip())
+    print("processes seen:", sorted({k for s in samples for k in s} - {"s", "rows"}))
+    return stdout, [s for s in samples if all(k in s for k in KEYS) and s["rows"] > 0]
+
+
+def table(running: list[dict], docs: int) -> None:
+    """The samples at each tenth of the rows, and the last."""
+    print(f"{'rows recorded':>13} {'s':>7} " + " ".join(f"{k:>16}" for k in KEYS))
+    shown = -1
+    for s in running:
+        tenth = s["rows"] * 10 // docs
+        if tenth > shown:
+            shown = tenth
+            print(f"{s['rows']:>13,} {s['s']:7.0f} " + " ".join(f"{s[k]:>16,}" for k in KEYS))
+    last = running[-1]
+    print(f"{last['rows']:>13,} {last['s']:7.0f} " + " ".join(f"{last[k]:>16,}" for k in KEYS))
 
 
 def main() -> None:
@@ -61,57 +84,39 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=24)
     parser.add_argument("--rows-per-shard", type=int, default=10_000)
     parser.add_argument("--png", default="benchmarks/memory_200k.png")
+    parser.add_argument("--compare", metavar="VAR=VALUE", help="a second run with this set")
     args = parser.parse_args()
     path = model_dir(args.model)
     rng = random.Random(0)
     print_settings(model=str(path), docs=args.docs, words=f"{args.words // 2} to {args.words}")
-    samples: list[dict] = []
+    runs: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        inp, out = Path(tmp) / "docs.jsonl", Path(tmp) / "out"
+        inp = Path(tmp) / "docs.jsonl"
         with open(inp, "w") as f:
             for i in range(args.docs):
                 n = rng.randint(args.words // 2, args.words)
                 text = " ".join(rng.choice(WORDS) for _ in range(n)) + "."
                 f.write(json.dumps({"id": str(i), "text": text}) + "\n")
-        cmd = [sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(inp), str(out)]
-        cmd += ["--model", str(path), "--dense", "--dtype", "float32", "--no-progress"]
-        cmd += ["--rows-per-shard", str(args.rows_per_shard)]
-        env = {**os.environ, **CPU_ENGINE_ENV, "VLLM_LOGGING_LEVEL": "ERROR"}
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
-        )
-        root = psutil.Process(proc.pid)
-        while proc.poll() is None:
-            sample: dict = {"s": round(time.monotonic() - start, 1), "rows": rows_done(out)}
-            try:
-                for p in [root, *root.children(recursive=True)]:
-                    key = label(p, proc.pid) + " MB"
-                    sample[key] = sample.get(key, 0) + round(p.memory_info().rss / 2**20)
-            except psutil.Error:
-                pass
-            samples.append(sample)
-            time.sleep(2)
-        stdout = proc.stdout.read() if proc.stdout else ""
-        assert proc.returncode == 0, stdout
-    print(stdout.strip())
-    print("processes seen:", sorted({k for s in samples for k in s} - {"s", "rows"}))
-    keys = ["command MB", "engine core MB", "model worker MB"]
-    running = [s for s in samples if all(k in s for k in keys) and s["rows"] > 0]
-    print(f"{'rows recorded':>13} {'s':>7} " + " ".join(f"{k:>16}" for k in keys))
-    shown = -1
-    for s in running:
-        tenth = s["rows"] * 10 // args.docs
-        if tenth > shown:
-            shown = tenth
-            print(f"{s['rows']:>13,} {s['s']:7.0f} " + " ".join(f"{s[k]:>16,}" for k in keys))
-    last = running[-1]
-    print(f"{last['rows']:>13,} {last['s']:7.0f} " + " ".join(f"{last[k]:>16,}" for k in keys))
+        variants = {"as users run it": {}}
+        if args.compare:
+            name, _, value = args.compare.partition("=")
+            variants[args.compare] = {name: value}
+        for label, extra_env in variants.items():
+            out = Path(tmp) / f"out-{len(runs)}"
+            cmd = [sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(inp), str(out)]
+            cmd += ["--model", str(path), "--dense", "--dtype", "float32", "--no-progress"]
+            cmd += ["--rows-per-shard", str(args.rows_per_shard)]
+            print(f"\n== {label}")
+            _, runs[label] = run(cmd, out, extra_env)
+            table(runs[label], args.docs)
     png = Path(args.png)
     with open(png.with_suffix(".csv"), "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["s", "rows", *keys], extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=["run", "s", "rows", *KEYS])
         writer.writeheader()
-        writer.writerows(s for s in samples if all(k in s for k in keys))
+        for label, running in runs.items():
+            writer.writerows(
+                {"run": label, **{k: s[k] for k in ["s", "rows", *KEYS]}} for s in running
+            )
     try:
         import matplotlib
 
@@ -123,11 +128,15 @@ def main() -> None:
         )
         return
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for key in keys:
-        ax.plot([s["s"] for s in running], [s[key] for s in running], label=key[:-3])
-    ax.set_xlabel(
-        f"seconds ({running[0]['s']:.0f} s: first shard recorded; {args.rows_per_shard:,} rows a shard)"
-    )
+    for n, (label, running) in enumerate(runs.items()):
+        for key in KEYS if n == 0 else ["model worker MB"]:
+            ax.plot(
+                [s["s"] - running[0]["s"] for s in running],
+                [s[key] for s in running],
+                label=f"{key[:-3]} ({label})",
+                linestyle="-" if n == 0 else "--",
+            )
+    ax.set_xlabel(f"seconds after the first shard recorded ({args.rows_per_shard:,} rows a shard)")
     ax.set_ylabel("RSS, MB")
     ax.set_title(
         f"bge-m3-sparse index, {args.docs:,} documents, {args.model} model: RSS per process"
