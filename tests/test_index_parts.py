@@ -229,6 +229,22 @@ def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
         assert result.stderr.strip().splitlines()[-1] == f"ImportError: {error}"
 
 
+def test_the_models_sizes_come_from_its_config_without_importing_torch(model_dir):
+    """The command's process reads the dense and sparse sizes; on --ray it
+    never needs torch, which AutoConfig would import (about 9 s of CPU)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    code = (
+        "import sys; from bge_m3_sparse_plugin.index._engine import hidden_size, vocab_size; "
+        f"print(hidden_size({str(model_dir)!r}), vocab_size({str(model_dir)!r}), "
+        "'torch' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(config.hidden_size), str(config.vocab_size), "False"]
+
+
 def test_the_progress_bars_last_frame_shows_the_summarys_figures(capsys):
     """The bar and the summary print one speed: the summary's, from its counts
     and its time (the bar's own rate would count the skipped rows, and the
