@@ -7,8 +7,8 @@ actors. Processes that come and go (Ray's task workers) are summed by role.
 
 from __future__ import annotations
 
-import bisect
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -18,6 +18,8 @@ import psutil
 from bge_m3_sparse_plugin.index._output import MANIFEST
 
 __all__ = ["ProcessWatch", "role", "rows_done"]
+
+LOOK_AGAIN = ("other:", "Ray idle workers", "gone")  # roles that may still change
 
 
 def role(proc: psutil.Process, root: int) -> str:
@@ -35,7 +37,9 @@ def role(proc: psutil.Process, root: int) -> str:
             return "Ray replica actor"
         if "IDLE" in title:
             return "Ray idle workers"
-        return "Ray tasks (read, split)"
+        if "read_file" in title:
+            return "Ray read tasks"
+        return f"Ray worker: {title[5:40]}"
     if "EngineCore" in name:
         return "engine core"
     if "Worker" in name or "Worker" in args:
@@ -66,8 +70,9 @@ def rows_done(out: Path) -> int:
 
 class ProcessWatch:
     """Samples, every ``every`` seconds, each process of the tree under
-    ``pid``: its role, RSS and CPU seconds (user + system), with the rows
-    recorded in ``out`` so far. Stops when that process ends."""
+    ``pid``, and every other process started since it (Ray's): its role, RSS
+    and CPU seconds (user + system), with the rows recorded in ``out`` so
+    far. Stops when that process ends."""
 
     def __init__(self, pid: int, out: Path, every: float = 0.5) -> None:
         self.pid, self.out, self.every = pid, out, every
@@ -80,6 +85,7 @@ class ProcessWatch:
 
     def _run(self) -> None:
         root = psutil.Process(self.pid)
+        born, me = root.create_time(), os.getpid()
         while True:
             seen: dict[int, tuple[str, float, float]] = {}
             try:
@@ -88,14 +94,27 @@ class ProcessWatch:
                 procs = [root, *root.children(recursive=True)]
             except psutil.Error:  # it ended
                 break
+            # Ray's daemons detach from the command (their parent is init), and its
+            # workers are the raylet's: take every process started since the command.
+            known = {p.pid for p in procs}
+            for p in psutil.process_iter():
+                try:
+                    if p.pid not in known and p.pid != me and p.create_time() >= born:
+                        procs.append(p)
+                except psutil.Error:
+                    continue
             for p in procs:
                 try:
                     with p.oneshot():
                         cpu = p.cpu_times()
                         rss = p.memory_info().rss / 2**20
-                    # A Ray worker renames itself when it takes a task: look again until it has.
-                    if self._roles.get(p.pid) in (None, "Ray idle workers", "gone"):
-                        self._roles[p.pid] = role(p, self.pid)
+                    # vLLM's processes and Ray's workers rename themselves once
+                    # started, and a Ray worker again when it takes a task.
+                    known_role = self._roles.get(p.pid)
+                    if known_role is None or known_role.startswith(LOOK_AGAIN):
+                        found = role(p, self.pid)
+                        if found != "gone" or known_role is None:  # keep what it was
+                            self._roles[p.pid] = found
                     seen[p.pid] = (self._roles[p.pid], rss, cpu.user + cpu.system)
                 except psutil.Error:
                     continue
@@ -118,13 +137,20 @@ class ProcessWatch:
 
     def cpu_by_role(self, begin: float, end: float) -> dict[str, float]:
         """CPU seconds each role used between ``begin`` and ``end`` (seconds from
-        the start, taken at the nearest samples); a process that started
-        within the window counts from zero."""
-        times = [s for s, _, _ in self.samples]
-        first = self.samples[max(0, bisect.bisect_left(times, begin) - 1)][2]
-        last = self.samples[min(len(times) - 1, bisect.bisect_left(times, end))][2]
+        the start, to the sampling's precision): each process's last sample
+        up to ``end`` less its last one up to ``begin`` (zero for a process
+        that started after it). A process's CPU after its last sample is lost."""
+        before: dict[int, float] = {}
+        last: dict[int, float] = {}
+        for s, _, seen in self.samples:
+            if s > end + self.every:
+                break
+            for pid, (_, _, cpu) in seen.items():
+                if s <= begin:
+                    before[pid] = cpu
+                last[pid] = cpu
         totals: dict[str, float] = {}
-        for pid, (name, _, cpu) in last.items():
-            before = first[pid][2] if pid in first else 0.0
-            totals[name] = totals.get(name, 0.0) + cpu - before
+        for pid, cpu in last.items():
+            name = self._roles[pid]  # the last role it had: vLLM and Ray rename their processes
+            totals[name] = totals.get(name, 0.0) + cpu - before.get(pid, 0.0)
         return totals

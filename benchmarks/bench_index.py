@@ -141,7 +141,8 @@ def run_ray(
     model: Path, docs: list[str], work: Path, dense: bool, **kwargs: Any
 ) -> tuple[float, float, float]:
     """The command with --ray: a local Ray on this machine, one replica on every core.
-    Ray's session and auth token go to a temporary folder, not /tmp/ray and ~/.ray."""
+    Ray's session and auth token go to a temporary folder, not /tmp/ray and ~/.ray;
+    vLLM's compile cache stays the one-machine runs' own."""
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     home = work / "home"
     home.mkdir(exist_ok=True)
@@ -152,7 +153,15 @@ def run_ray(
             work,
             dense,
             "--ray",
-            env={"RAY_TMPDIR": str(ray_tmp), "HOME": str(home)},
+            env={
+                "RAY_TMPDIR": str(ray_tmp),
+                "HOME": str(home),
+                # vLLM's compile cache where the one-machine runs keep theirs, so that
+                # the replica does not compile again because HOME moved.
+                "VLLM_CACHE_ROOT": os.environ.get(
+                    "VLLM_CACHE_ROOT", str(Path("~/.cache/vllm").expanduser())
+                ),
+            },
             **kwargs,
         )
     finally:
