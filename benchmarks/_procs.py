@@ -72,7 +72,8 @@ class ProcessWatch:
     """Samples, every ``every`` seconds, each process of the tree under
     ``pid``, and every other process started since it (Ray's): its role, RSS
     and CPU seconds (user + system), with the rows recorded in ``out`` so
-    far. Stops when that process ends."""
+    far. Stops when that process ends. Run it on an otherwise idle machine:
+    any process started meanwhile counts, under a role of "other"."""
 
     def __init__(self, pid: int, out: Path, every: float = 0.5) -> None:
         self.pid, self.out, self.every = pid, out, every
@@ -123,13 +124,6 @@ class ProcessWatch:
 
     def join(self) -> None:
         self._thread.join()
-
-    def rss_by_role(self, index: int) -> dict[str, float]:
-        """Each role's RSS (MB, its processes summed) at sample ``index``."""
-        totals: dict[str, float] = {}
-        for name, rss, _ in self.samples[index][2].values():
-            totals[name] = totals.get(name, 0.0) + rss
-        return totals
 
     def first_with_rows(self, rows: int) -> float:
         """When the manifest first held ``rows`` rows (seconds from the start)."""
