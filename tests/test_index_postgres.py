@@ -107,6 +107,21 @@ def test_a_server_that_is_down_is_named_and_nothing_is_written(tmp_path):
     )
 
 
+def test_each_form_of_the_uri_reaches_the_server(postgres):
+    """postgresql://, postgres:// and libpq's ?host=/socket/dir (the fixture's form)."""
+    import psycopg
+
+    assert "?host=/" in postgres
+    short = "postgres://" + postgres.split("://", 1)[1]
+    for table, uri in [("long_form", postgres), ("short_form", short)]:
+        open_reporting_sink(parse_sink(uri, table), 4, VOCAB).close()
+    with psycopg.connect(postgres) as conn:
+        found = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename IN ('long_form', 'short_form')"
+        )
+        assert sorted(row[0] for row in found) == ["long_form", "short_form"]
+
+
 def test_a_table_of_another_shape_is_refused_and_left_alone(postgres):
     import psycopg
 
