@@ -78,8 +78,9 @@ class ProcessWatch:
     def __init__(self, pid: int, out: Path, every: float = 0.5) -> None:
         self.pid, self.out, self.every = pid, out, every
         self.start = time.monotonic()
-        # One entry per sample: (seconds, rows, {pid: (role, rss MB, cpu s)}).
-        self.samples: list[tuple[float, int, dict[int, tuple[str, float, float]]]] = []
+        # One entry per sample: (seconds, rows, {pid: (rss MB, cpu s)}); each
+        # process's role is its last one, in _roles.
+        self.samples: list[tuple[float, int, dict[int, tuple[float, float]]]] = []
         self._roles: dict[int, str] = {}
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -88,7 +89,7 @@ class ProcessWatch:
         root = psutil.Process(self.pid)
         born, me = root.create_time(), os.getpid()
         while True:
-            seen: dict[int, tuple[str, float, float]] = {}
+            seen: dict[int, tuple[float, float]] = {}
             try:
                 if root.status() == psutil.STATUS_ZOMBIE:
                     break
@@ -116,7 +117,7 @@ class ProcessWatch:
                         found = role(p, self.pid)
                         if found != "gone" or known_role is None:  # keep what it was
                             self._roles[p.pid] = found
-                    seen[p.pid] = (self._roles[p.pid], rss, cpu.user + cpu.system)
+                    seen[p.pid] = (rss, cpu.user + cpu.system)
                 except psutil.Error:
                     continue
             self.samples.append((time.monotonic() - self.start, rows_done(self.out), seen))
@@ -124,6 +125,17 @@ class ProcessWatch:
 
     def join(self) -> None:
         self._thread.join()
+
+    def rss_by_role(self) -> list[dict[str, float]]:
+        """Each sample as ``{"s", "rows", "<role> MB": RSS summed over the role}``."""
+        rows: list[dict[str, float]] = []
+        for s, done, seen in self.samples:
+            row = {"s": round(s, 1), "rows": done}
+            for pid, (rss, _) in seen.items():
+                key = self._roles[pid] + " MB"
+                row[key] = row.get(key, 0) + rss
+            rows.append({k: round(v, 1) if k == "s" else round(v) for k, v in row.items()})
+        return rows
 
     def first_with_rows(self, rows: int) -> float:
         """When the manifest first held ``rows`` rows (seconds from the start)."""
@@ -139,7 +151,7 @@ class ProcessWatch:
         for s, _, seen in self.samples:
             if s > end + self.every:
                 break
-            for pid, (_, _, cpu) in seen.items():
+            for pid, (_, cpu) in seen.items():
                 if s <= begin:
                     before[pid] = cpu
                 last[pid] = cpu

@@ -6,8 +6,8 @@
 
 Runs `bge-m3-sparse index` (sparse and dense, 10,000 rows a shard) on --docs
 short documents and samples, every 2 s, the RSS of the command's process and
-of each of its children (vLLM's engine core and its model worker), with the
-rows recorded so far. Prints a table at each tenth of the run and writes the
+of each process started since (vLLM's engine core and its model worker among
+them; _procs.ProcessWatch), with the rows recorded so far. Prints a table at each tenth of the run and writes the
 plot (needs matplotlib: pip install matplotlib) and the samples as CSV beside it.
 
 --compare VAR=VALUE runs the same command a second time, after the first,
@@ -24,44 +24,31 @@ import random
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
-
-import psutil
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import CPU_ENGINE_ENV, model_dir, print_settings
-from _procs import role, rows_done
+from _procs import ProcessWatch
 
 from bge_m3_sparse_plugin.tiny_model import WORDS
 
 KEYS = ["command MB", "engine core MB", "model worker MB"]
 
 
-def run(cmd: list[str], out: Path, extra_env: dict[str, str]) -> tuple[str, list[dict]]:
-    """The command's summary and its samples: seconds, rows recorded, MB by process."""
+def run(cmd: list[str], out: Path, extra_env: dict[str, str]) -> list[dict]:
+    """The command's samples, every 2 s: seconds, rows recorded, MB by process."""
     env = {**os.environ, **CPU_ENGINE_ENV, "VLLM_LOGGING_LEVEL": "ERROR", **extra_env}
-    samples: list[dict] = []
-    start = time.monotonic()
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )
-    root = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        sample: dict = {"s": round(time.monotonic() - start, 1), "rows": rows_done(out)}
-        try:
-            for p in [root, *root.children(recursive=True)]:
-                key = role(p, proc.pid) + " MB"
-                sample[key] = sample.get(key, 0) + round(p.memory_info().rss / 2**20)
-        except psutil.Error:
-            pass
-        samples.append(sample)
-        time.sleep(2)
-    stdout = proc.stdout.read() if proc.stdout else ""
+    watch = ProcessWatch(proc.pid, out, every=2.0)
+    stdout, _ = proc.communicate()
+    watch.join()
     assert proc.returncode == 0, stdout
     print(stdout.strip())
+    samples = watch.rss_by_role()
     print("processes seen:", sorted({k for s in samples for k in s} - {"s", "rows"}))
-    return stdout, [s for s in samples if all(k in s for k in KEYS) and s["rows"] > 0]
+    return [s for s in samples if all(k in s for k in KEYS) and s["rows"] > 0]
 
 
 def table(running: list[dict], docs: int) -> None:
@@ -107,7 +94,7 @@ def main() -> None:
             cmd += ["--model", str(path), "--dense", "--dtype", "float32", "--no-progress"]
             cmd += ["--rows-per-shard", str(args.rows_per_shard)]
             print(f"\n== {label}")
-            _, runs[label] = run(cmd, out, extra_env)
+            runs[label] = run(cmd, out, extra_env)
             table(runs[label], args.docs)
     png = Path(args.png)
     with open(png.with_suffix(".csv"), "w", newline="") as f:
