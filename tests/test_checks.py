@@ -1,18 +1,14 @@
-"""The request-side checks and prompts (checks.py), without vLLM: each refusal
+"""The request-side checks, tasks and prompts (_checks.py, _tasks.py, _prompts.py), without vLLM: each refusal
 names its field and says what to do; good requests become vLLM's prompts."""
 
 from __future__ import annotations
 
 import pytest
 
-from bge_m3_sparse_plugin._checks import (
-    RequestError,
-    Wants,
-    check_lengths,
-    check_limits,
-    prompts_for,
-    tasks_for,
-)
+from bge_m3_sparse_plugin import RequestError
+from bge_m3_sparse_plugin._checks import check_lengths, check_limits
+from bge_m3_sparse_plugin._prompts import prompts_for
+from bge_m3_sparse_plugin._tasks import Wants, tasks_for
 
 
 def refusal(check, *args) -> tuple[str, str]:

@@ -2,19 +2,27 @@
 
 Users copy the examples and the docs' commands, so those keep their literal
 copies; each copy must equal the package's own (``_config.py``, ``__init__``).
+The package's own docstrings and comments name the constant instead of
+writing its value, and leave figures and history to RESULTS and the CHANGELOG.
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import json
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
 
 from bge_m3_sparse_plugin import __version__
 from bge_m3_sparse_plugin._config import (
+    ADAPTER_BATCH_SIZE,
+    DEFAULT_MAX_CHARS,
+    DEFAULT_MAX_INPUTS,
+    DEFAULT_MAX_QUERY_LENGTH,
     ENVIRONMENT,
     HF_OVERRIDES,
     PLUGIN_NAME,
@@ -27,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py")) + sorted((ROOT / "examples").glob("*.sh"))
 SCRIPTS = sorted((ROOT / "scripts").glob("*.sh"))
+SOURCES = sorted((ROOT / "src" / "bge_m3_sparse_plugin").rglob("*.py"))
 
 
 def _texts(paths: list[Path]) -> dict[str, str]:
@@ -83,3 +92,60 @@ def test_no_count_of_tests_that_would_go_stale(page):
     release: the pages do not state them."""
     text = page.read_text()
     assert re.findall(r"\d+ (?:tests )?passed|newest (?:CPU )?(?:build|release)", text) == []
+
+
+def _prose(path: Path) -> list[tuple[int, str]]:
+    """Each docstring and comment of a module, with its line: where a fact is
+    written in words rather than in code."""
+    text = path.read_text()
+    found = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                found.append((getattr(node, "lineno", 1), doc))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            found.append((token.start[0], token.string))
+    return found
+
+
+(_LO_MAJOR, _LO_MINOR), (_HI_MAJOR, _HI_MINOR) = SUPPORTED_VLLM
+# Each constant's value as prose writes it: a docstring names the constant instead.
+_VALUES_IN_WORDS = {
+    "SUPPORTED_VLLM": rf"{_LO_MAJOR}\.{_LO_MINOR}(?: to |-|\u2013){_HI_MAJOR}\.{_HI_MINOR}",
+    "ADAPTER_BATCH_SIZE": rf"\b{ADAPTER_BATCH_SIZE} (?:documents|texts)\b",
+    "DEFAULT_MAX_QUERY_LENGTH": rf"\b{DEFAULT_MAX_QUERY_LENGTH}(?: tokens)? by default|"
+    rf"by default,? {DEFAULT_MAX_QUERY_LENGTH}\b",
+    "DEFAULT_MAX_INPUTS": rf"\b{DEFAULT_MAX_INPUTS:,}|\b{DEFAULT_MAX_INPUTS} (?:texts|inputs)\b",
+    "DEFAULT_MAX_CHARS": rf"{DEFAULT_MAX_CHARS:,}|{DEFAULT_MAX_CHARS:_}|"
+    rf"\b{DEFAULT_MAX_CHARS // 1_000_000} ?M(?:illion)?[- ]char",
+}
+# A measurement, or the story of how the code came to be: RESULTS.md and the
+# CHANGELOG hold those; a comment says why the code is as it is.
+_FIGURES_AND_HISTORY = (
+    r"\d+(?:\.\d+)?x (?:faster|slower)|\d+(?:\.\d+)? times (?:faster|slower)|"
+    r"\bdoubled\b.*throughput|\d+(?:,\d{3})* rows/s|\bwas tried\b|\bwe tried\b|"
+    r"\bRay \d+\.\d+|s of CPU\b"
+)
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT / "src")))
+def test_the_packages_docstrings_name_constants_not_their_values(source):
+    found = [
+        (line, name, match.group())
+        for line, text in _prose(source)
+        for name, pattern in _VALUES_IN_WORDS.items()
+        for match in re.finditer(pattern, text)
+    ]
+    assert found == []
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: str(p.relative_to(ROOT / "src")))
+def test_the_packages_comments_hold_no_figures_or_history(source):
+    found = [
+        (line, match.group())
+        for line, text in _prose(source)
+        for match in re.finditer(_FIGURES_AND_HISTORY, text)
+    ]
+    assert found == []

@@ -10,7 +10,8 @@ from FlagEmbedding import BGEM3FlagModel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bge_m3_sparse_plugin._formats import format_sparse, lexical_matching_score, weight_dict
+from bge_m3_sparse_plugin._formats import format_sparse, weight_dict
+from bge_m3_sparse_plugin._scores import lexical_matching_score
 from bge_m3_sparse_plugin.schemas import SparseEmbeddingItem
 
 IDS = [87, 5, 1200]

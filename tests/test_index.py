@@ -160,8 +160,8 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
 
 def _job_of(model_dir, rows):
     """The job of one JSONL file, in shards of 10 rows, on the tests' model."""
-    from bge_m3_sparse_plugin.index._engine import EncodeOptions
     from bge_m3_sparse_plugin.index._job import Job
+    from bge_m3_sparse_plugin.index._types import EncodeOptions
 
     return Job(
         model=str(model_dir),
@@ -184,9 +184,10 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
     left to the interpreter's teardown, where vLLM's shutdown could abort."""
     import psutil
 
-    from bge_m3_sparse_plugin.index._engine import EncodeOptions, Encoder, EngineSettings
+    from bge_m3_sparse_plugin.index._engine import Encoder
     from bge_m3_sparse_plugin.index._job import run_job
     from bge_m3_sparse_plugin.index._local import LocalBackend
+    from bge_m3_sparse_plugin.index._types import EncodeOptions, EngineSettings
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text(

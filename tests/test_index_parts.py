@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from bge_m3_sparse_plugin import OutputMismatch
 from bge_m3_sparse_plugin.index._local import shards_of
 from bge_m3_sparse_plugin.index._output import (
     ERRORS,
     Manifest,
-    OutputMismatch,
     ShardRows,
     append_errors,
     keep_errors,
@@ -220,7 +220,7 @@ def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
 def test_the_engine_runs_on_the_cpu_only_when_torch_is_absent(tmp_path, state):
     error = "libtorch_cpu.so: cannot open shared object file"
     site = _site_where(tmp_path, "torch", state, error)
-    code = "from bge_m3_sparse_plugin.index._engine import on_gpu; print(on_gpu())"
+    code = "from bge_m3_sparse_plugin.index._model_info import on_gpu; print(on_gpu())"
     result = _run_with(site, "-c", code)
     if state == "absent":
         assert (result.returncode, result.stdout) == (0, "False\n"), result.stderr
@@ -236,7 +236,7 @@ def test_the_models_sizes_come_from_its_config_without_importing_torch(model_dir
 
     config = AutoConfig.from_pretrained(model_dir)
     code = (
-        "import sys; from bge_m3_sparse_plugin.index._engine import hidden_size, vocab_size; "
+        "import sys; from bge_m3_sparse_plugin.index._model_info import hidden_size, vocab_size; "
         f"print(hidden_size({str(model_dir)!r}), vocab_size({str(model_dir)!r}), "
         "'torch' in sys.modules)"
     )

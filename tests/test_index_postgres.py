@@ -14,13 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from bge_m3_sparse_plugin._formats import lexical_matching_score
-from bge_m3_sparse_plugin.index._sinks import (
-    SinkError,
-    open_reporting_sink,
-    parse_sink,
-    sparse_hnsw,
-)
+from bge_m3_sparse_plugin import SinkError
+from bge_m3_sparse_plugin._scores import lexical_matching_score
+from bge_m3_sparse_plugin.index._sinks import open_reporting_sink, parse_sink, sparse_hnsw
 
 from .support.corpus import index_cmd, read_output, run, shard_rows
 from .support.postgres import rows_of

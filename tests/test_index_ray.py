@@ -136,9 +136,9 @@ def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_p
     import ray
     import ray.data
 
-    from bge_m3_sparse_plugin.index._engine import EncodeOptions, EngineSettings
     from bge_m3_sparse_plugin.index._job import Job
     from bge_m3_sparse_plugin.index._ray import dataset_for
+    from bge_m3_sparse_plugin.index._types import EncodeOptions, EngineSettings
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))

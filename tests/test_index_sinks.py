@@ -14,7 +14,7 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-from bge_m3_sparse_plugin._formats import lexical_matching_score
+from bge_m3_sparse_plugin._scores import lexical_matching_score
 from bge_m3_sparse_plugin.index._sinks import SPARSE_FIELD, SinkSpec, open_sink, parse_sink
 
 from .support.corpus import shard_rows

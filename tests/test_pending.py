@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bge_m3_sparse_plugin.serving._pending import IdInUse, PendingRequests, TooManyPending
+from bge_m3_sparse_plugin._exceptions import IdInUse, TooManyPending
+from bge_m3_sparse_plugin.serving._pending import PendingRequests
 
 
 def test_keyed_and_removed_on_pop():

@@ -8,8 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bge_m3_sparse_plugin._formats import lexical_matching_score
-from bge_m3_sparse_plugin._scores import SCORE_KEYS, colbert_score, dense_score, m3_scores
+from bge_m3_sparse_plugin._scores import (
+    SCORE_KEYS,
+    colbert_score,
+    dense_score,
+    lexical_matching_score,
+    m3_scores,
+)
 
 PAIRS = [
     ("I love China", "China is a large country"),

@@ -19,6 +19,15 @@ from ._config import (
     cpu_binding,
     vllm_range,
 )
+from ._exceptions import (
+    BgeM3Error,
+    OutputMismatch,
+    RequestError,
+    SinkError,
+    SparseEmbeddingError,
+    TableMismatch,
+)
+from ._version import __version__
 from ._vllm_version import check_vllm_version, installed_vllm_version
 
 __all__ = [
@@ -27,6 +36,12 @@ __all__ = [
     "PROCESSOR_QUALNAME",
     "SUPPORTED_VLLM",
     "VLLM_CPU_RELEASE",
+    "BgeM3Error",
+    "OutputMismatch",
+    "RequestError",
+    "SinkError",
+    "SparseEmbeddingError",
+    "TableMismatch",
     "__version__",
     "check_vllm_version",
     "cpu_binding",
@@ -34,19 +49,6 @@ __all__ = [
     "register",
     "vllm_range",
 ]
-
-
-def _own_version() -> str:
-    # pyproject.toml is the one place the version is written.
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("bge-m3-sparse-plugin")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "0+unknown"
-
-
-__version__ = _own_version()
 
 
 def register() -> str:

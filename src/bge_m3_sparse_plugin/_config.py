@@ -7,7 +7,6 @@ again. Imports neither vLLM nor torch.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +38,6 @@ __all__ = [
     "engine_kwargs",
     "env_int",
     "max_inputs",
-    "server_flags",
     "vllm_range",
 ]
 
@@ -151,8 +149,8 @@ class Limits:
 def cpu_binding(cores: int | None = None, first: int = 0) -> dict[str, str]:
     """vLLM's CPU binding for ``cores`` cores from core ``first``, all computing.
 
-    vLLM keeps a core for a server's front end by default; binding every core
-    doubled offline throughput here (benchmarks/RESULTS.md, section 3).
+    vLLM keeps a core for a server's front end by default; offline, that core
+    is better computing (benchmarks/RESULTS.md, section 3).
     """
     n = cores or os.cpu_count() or 1
     return {
@@ -185,19 +183,6 @@ def engine_kwargs(gpu: bool, **settings: Any) -> dict[str, Any]:
 # one only decides which of vLLM's APIs the server builds: with "embed", OpenAI's
 # /v1/embeddings too (vLLM 0.32 builds it for no other task).
 SERVER_POOLER_CONFIG = {"task": "embed"}
-
-
-def server_flags(gpu: bool, **settings: Any) -> list[str]:
-    """The same settings as ``vllm serve``'s flags (``--runner pooling ...``),
-    and the server's pooling task."""
-    flags: list[str] = []
-    for key, value in {
-        **engine_kwargs(gpu, **settings),
-        "pooler_config": SERVER_POOLER_CONFIG,
-    }.items():
-        text = json.dumps(value) if isinstance(value, dict) else str(value)
-        flags += ["--" + key.replace("_", "-"), text]
-    return flags
 
 
 # -- the client and the adapters -----------------------------------------------------

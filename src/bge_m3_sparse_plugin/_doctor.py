@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Literal
 
 from . import __version__
-from ._checks import positions
 from ._config import HF_OVERRIDES, VLLM_CPU_RELEASE, cpu_binding, vllm_range
 from ._missing import is_missing
+from ._model_length import positions
 from ._vllm_version import check_vllm_version, installed_vllm_version
 
 __all__ = ["Finding", "check_install", "check_model", "run"]

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._checks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
 from ._formats import format_sparse
 from ._sparse import lexical_weights_flat, prune, split_pooled_outputs
+from ._tasks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
 from .schemas import SparseEmbedding, SparseEmbeddingItem, SparseEmbeddingRequest
 
 __all__ = ["Model", "embedding_items"]

@@ -1,4 +1,4 @@
-"""The three shapes of a sparse embedding, and the lexical matching score.
+"""The three shapes of a sparse embedding, and the reader of any of them.
 
 Pure Python with no numpy, vLLM or torch, so that the client can use it:
 
@@ -19,7 +19,6 @@ __all__ = [
     "SPARSE_FORMATS",
     "SparseFormat",
     "format_sparse",
-    "lexical_matching_score",
     "weight_dict",
 ]
 
@@ -74,19 +73,3 @@ def weight_dict(sparse: Any) -> dict[str, float]:
         "expected token_weights (a list of {token_id, weight, token}), lexical_weights "
         f"(a dict of id -> weight) or indices_values, got {type(sparse).__name__}"
     )
-
-
-def lexical_matching_score(query: Any, doc: Any) -> float:
-    """FlagEmbedding's ``compute_lexical_matching_score`` for one query and one doc.
-
-    The sum over the query's entries, in order, of the query weight times the
-    doc's weight for the same id: the same operations in the same order as
-    FlagEmbedding, so the same weights give the same number. Either side may be
-    in any of the three shapes.
-    """
-    q, d = weight_dict(query), weight_dict(doc)
-    score = 0.0
-    for token, weight in q.items():
-        if token in d:
-            score += weight * d[token]
-    return float(score)

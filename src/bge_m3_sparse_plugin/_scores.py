@@ -1,11 +1,13 @@
 """BGE-M3's scores of a query against a passage, from the vectors the plugin
-returns: FlagEmbedding's definitions, in numpy (no vLLM, no torch).
+returns: FlagEmbedding's definitions (no vLLM, no torch).
 
+- ``lexical_matching_score``: the sparse score, in pure Python, so that the
+  client (pydantic and httpx only) has it; numpy is imported by the other
+  scores when they run, not by this module;
 - ``dense_score``: the inner product of the two normalised CLS vectors;
 - ``colbert_score``: each query vector's best inner product with the
   passage's vectors, summed and divided by the number of query vectors
   (``M3Embedder.colbert_score``);
-- the sparse score is ``lexical_matching_score`` (``_formats``);
 - ``m3_scores``: the five keys of ``BGEM3FlagModel.compute_score``, the two
   combined ones weighted means with ``[w_dense, w_sparse, w_colbert]``.
 """
@@ -15,9 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
-from ._formats import lexical_matching_score
+from ._formats import weight_dict
 from .schemas import SCORE_KEYS
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "SCORE_KEYS",
     "colbert_score",
     "dense_score",
+    "lexical_matching_score",
     "m3_scores",
     "pair_scores",
 ]
@@ -32,8 +33,26 @@ __all__ = [
 DEFAULT_WEIGHTS = (1.0, 1.0, 1.0)  # dense, sparse, colbert: compute_score's default
 
 
+def lexical_matching_score(query: Any, doc: Any) -> float:
+    """FlagEmbedding's ``compute_lexical_matching_score`` for one query and one doc.
+
+    The sum over the query's entries, in order, of the query weight times the
+    doc's weight for the same id: the same operations in the same order as
+    FlagEmbedding, so the same weights give the same number. Either side may be
+    in any of the three shapes (``_formats``).
+    """
+    q, d = weight_dict(query), weight_dict(doc)
+    score = 0.0
+    for token, weight in q.items():
+        if token in d:
+            score += weight * d[token]
+    return float(score)
+
+
 def dense_score(query: Any, passage: Any) -> float:
     """The inner product of two dense vectors (normalised: their cosine)."""
+    import numpy as np
+
     q = np.asarray(query, dtype=np.float32)
     p = np.asarray(passage, dtype=np.float32)
     return float(q @ p)
@@ -43,6 +62,8 @@ def colbert_score(query: Any, passage: Any) -> float:
     """FlagEmbedding's ``colbert_score``: for each query vector, its largest
     inner product with a passage vector; their sum over the query's vectors,
     divided by how many there are."""
+    import numpy as np
+
     q = np.asarray(query, dtype=np.float32)
     p = np.asarray(passage, dtype=np.float32)
     if q.ndim != 2 or p.ndim != 2 or q.shape[1] != p.shape[1] or not len(q) or not len(p):

@@ -203,15 +203,6 @@ def start_compiling() -> None:
     _compile_thread.start()
 
 
-def wait_compiled(timeout: float | None = None) -> bool:
-    """Wait for :func:`start_compiling`'s thread (``timeout`` seconds at most);
-    True when the compiled pass is ready."""
-    thread = _compile_thread
-    if thread is not None:
-        thread.join(timeout)
-    return compiled_ready()
-
-
 def lexical_weights_flat_numpy(
     ids: np.ndarray, weights: np.ndarray, lengths: np.ndarray, skip_ids: Iterable[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -8,14 +8,13 @@ import re
 import sys
 
 from ._config import ANY_VLLM_ENV, SUPPORTED_VLLM, vllm_range
+from ._version import __version__
 
 __all__ = ["check_vllm_version", "installed_vllm_version"]
 
 
 def check_vllm_version(version: str) -> None:
     """Refuse a vLLM outside the supported range, saying what to install."""
-    from . import __version__
-
     match = re.match(r"(\d+)\.(\d+)", version)
     if match is None:
         problem = f"cannot tell which vLLM release {version!r} is"

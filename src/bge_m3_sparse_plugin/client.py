@@ -28,7 +28,9 @@ from ._config import (
     DEFAULT_TIMEOUT_S,
     KEEPALIVE_EXPIRY_S,
 )
-from ._formats import SparseFormat, lexical_matching_score
+from ._exceptions import SparseEmbeddingError
+from ._formats import SparseFormat
+from ._scores import lexical_matching_score
 from .schemas import (
     Input,
     ScoreRequest,
@@ -76,35 +78,6 @@ class ScoreResult(ScoreResponse):
 
 
 _Result = TypeVar("_Result", PoolingResult, ScoreResult)
-
-
-class SparseEmbeddingError(Exception):
-    """A request the server (or the client's own check of it) refused.
-
-    ``status_code`` is the HTTP status, or None when the client refused the
-    request before sending it; ``message`` is the server's message and
-    ``param`` the field it names, when it names one. As on
-    ``httpx.HTTPStatusError``, ``response`` is the ``httpx.Response`` (None
-    when nothing was sent) and ``request`` its request; ``body`` is the
-    response's JSON.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        status_code: int | None = None,
-        param: str | None = None,
-        body: Any = None,
-        response: httpx.Response | None = None,
-    ) -> None:
-        prefix = f"HTTP {status_code}: " if status_code is not None else ""
-        super().__init__(prefix + message)
-        self.message = message
-        self.status_code = status_code
-        self.param = param
-        self.body = body
-        self.response = response
-        self.request = response.request if response is not None else None
 
 
 class EmbedOptions(TypedDict, total=False):
@@ -205,7 +178,10 @@ def retry_delay(retry: int, backoff: float, retry_after: str | None = None) -> f
     return max(0.0, min(delay, MAX_DELAY_S))
 
 
-def _retryable(outcome: httpx.Response | Exception) -> bool:
+_Outcome = httpx.Response | Exception
+
+
+def _retryable(outcome: _Outcome) -> bool:
     """Worth trying again: the request never reached the server (connection
     refused, reset before an answer, or no connection in time), or a 503."""
     if isinstance(outcome, httpx.Response):
@@ -215,12 +191,34 @@ def _retryable(outcome: httpx.Response | Exception) -> bool:
     )
 
 
-def _delay_for(outcome: httpx.Response | Exception, retry: int, backoff: float) -> float:
+def _delay_for(outcome: _Outcome, retry: int, backoff: float) -> float:
     after = outcome.headers.get("retry-after") if isinstance(outcome, httpx.Response) else None
     try:
         return retry_delay(retry, backoff, after)
     except ValueError:  # a Retry-After that is neither seconds nor a date
         return retry_delay(retry, backoff)
+
+
+class _Retries:
+    """One request's retry decisions: what the sync and async loops share
+    (they keep only the sending and the waiting, as httpx keeps its I/O twice)."""
+
+    def __init__(self, retries: int, backoff: float) -> None:
+        self.retries, self.backoff, self.retry = retries, backoff, 0
+
+    def delay(self, outcome: _Outcome) -> float | None:
+        """Seconds to wait before the next try, or None: ``outcome`` is final."""
+        if self.retry >= self.retries or not _retryable(outcome):
+            return None
+        self.retry += 1
+        return _delay_for(outcome, self.retry - 1, self.backoff)
+
+
+def _final(outcome: _Outcome) -> httpx.Response:
+    """The response, or the transport error raised."""
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 def _dense_only(options: EmbedOptions) -> EmbedOptions:
@@ -245,8 +243,9 @@ def _score_bodies(
     max_query_length: int | None,
     max_passage_length: int | None,
 ) -> list[dict[str, Any]]:
-    """The scoring requests' bodies: the query against each batch of 64
-    documents, checked with the server's own schema before any is sent."""
+    """The scoring requests' bodies: the query against each batch of
+    ``ADAPTER_BATCH_SIZE`` documents, checked with the server's own schema
+    before any is sent."""
     data = {
         "query": query,
         "documents": list(documents) if not isinstance(documents, str) else documents,
@@ -321,8 +320,8 @@ class _Client(Generic[_Http]):
             self._http = http_client
             self._owns_http = False
 
-    def _give_up(self, outcome: httpx.Response | Exception, retry: int) -> bool:
-        return retry >= self.retries or not _retryable(outcome)
+    def _retries(self) -> _Retries:
+        return _Retries(self.retries, self.backoff)
 
     def _request_headers(self, request_id: str | None) -> dict[str, str]:
         if request_id:
@@ -358,21 +357,16 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
 
     def _post(self, body: dict[str, Any], request_id: str | None = None) -> httpx.Response:
         """POST /pooling, with the retries; the last failure raises."""
-        headers = self._request_headers(request_id)
-        retry = 0
+        headers, retries = self._request_headers(request_id), self._retries()
         while True:
             try:
-                outcome: httpx.Response | Exception = self._http.post(
-                    self._url, json=body, headers=headers
-                )
+                outcome: _Outcome = self._http.post(self._url, json=body, headers=headers)
             except httpx.TransportError as exc:
                 outcome = exc
-            if self._give_up(outcome, retry):
-                if isinstance(outcome, Exception):
-                    raise outcome
-                return outcome
-            time.sleep(_delay_for(outcome, retry, self.backoff))
-            retry += 1
+            delay = retries.delay(outcome)
+            if delay is None:
+                return _final(outcome)
+            time.sleep(delay)
 
     def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
         """BGE-M3's dense vectors (CLS, normalised), one per input, from ``/pooling``."""
@@ -392,9 +386,10 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         ``dense``, ``sparse``, ``colbert``, ``sparse+dense`` and
         ``colbert+sparse+dense``; ``weights`` are ``[w_dense, w_sparse,
         w_colbert]`` (``[1, 1, 1]`` by default). The server scores (the
-        request's ``query`` and ``documents``), 64 documents per request; the
-        query is cut at ``max_query_length`` tokens (512 by default), each
-        document at ``max_passage_length`` (the model's length by default)."""
+        request's ``query`` and ``documents``), ``ADAPTER_BATCH_SIZE``
+        documents per request; the query is cut at ``max_query_length``
+        tokens (``DEFAULT_MAX_QUERY_LENGTH`` by default), each document at
+        ``max_passage_length`` (the model's length by default)."""
         if not isinstance(documents, str) and len(documents) == 0:
             return []
         bodies = _score_bodies(
@@ -429,21 +424,16 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
 
     async def _post(self, body: dict[str, Any], request_id: str | None = None) -> httpx.Response:
         """See :meth:`SparseEmbeddingClient._post`."""
-        headers = self._request_headers(request_id)
-        retry = 0
+        headers, retries = self._request_headers(request_id), self._retries()
         while True:
             try:
-                outcome: httpx.Response | Exception = await self._http.post(
-                    self._url, json=body, headers=headers
-                )
+                outcome: _Outcome = await self._http.post(self._url, json=body, headers=headers)
             except httpx.TransportError as exc:
                 outcome = exc
-            if self._give_up(outcome, retry):
-                if isinstance(outcome, Exception):
-                    raise outcome
-                return outcome
-            await asyncio.sleep(_delay_for(outcome, retry, self.backoff))
-            retry += 1
+            delay = retries.delay(outcome)
+            if delay is None:
+                return _final(outcome)
+            await asyncio.sleep(delay)
 
     async def embed_dense(self, input: Input, **options: Unpack[EmbedOptions]) -> list[list[float]]:
         """See :meth:`SparseEmbeddingClient.embed_dense`."""

@@ -4,10 +4,11 @@ The one server command line of the tests, the benchmarks and the scripts
 (``python -m tests.support.server MODEL PORT`` prints it for
 ``scripts/_common.sh``); README's and docs/' server commands are held to it
 by tests/test_readme.py. Its engine settings are the package's own
-(``_config.server_flags``)."""
+(``_config.engine_kwargs`` and ``SERVER_POOLER_CONFIG``), as flags."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,8 +17,9 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from bge_m3_sparse_plugin._config import server_flags
+from bge_m3_sparse_plugin._config import SERVER_POOLER_CONFIG, engine_kwargs
 
 SERVED_MODEL_NAME = "bge-m3-tiny"
 # The small model is float32: vLLM's CPU default (bfloat16) would round it.
@@ -26,6 +28,19 @@ API_KEY = "s3cret"  # the keyed test servers' and README's key
 SMALL_MAX_INPUTS = 5
 SMALL_MAX_PENDING = 4
 START_TIMEOUT_S = 420
+
+
+def server_flags(gpu: bool, **settings: Any) -> list[str]:
+    """The package's engine settings as ``vllm serve``'s flags (``--runner
+    pooling ...``), and the server's pooling task."""
+    flags: list[str] = []
+    for key, value in {
+        **engine_kwargs(gpu, **settings),
+        "pooler_config": SERVER_POOLER_CONFIG,
+    }.items():
+        text = json.dumps(value) if isinstance(value, dict) else str(value)
+        flags += ["--" + key.replace("_", "-"), text]
+    return flags
 
 
 def free_port() -> int:

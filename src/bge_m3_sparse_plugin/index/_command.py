@@ -17,8 +17,8 @@ from .._config import (
 )
 
 if TYPE_CHECKING:  # imported where used: the command starts before vLLM is imported
-    from ._engine import EngineSettings
     from ._job import Job, Summary
+    from ._types import EngineSettings
 
 __all__ = ["add_arguments", "run"]
 
@@ -241,12 +241,12 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # vLLM's CPU build uses a deprecated torch name as it imports, in this
         # process and in its engine's (which inherits the variable).
         os.environ.setdefault("PYTHONWARNINGS", QUIET_WARNINGS)
-    from ._engine import hidden_size, vocab_size
+    from .._exceptions import OutputMismatch, SinkError
     from ._job import run_job
-    from ._output import OutputMismatch
+    from ._model_info import hidden_size, vocab_size
     from ._reader import resolve_inputs
-    from ._sinks import SinkError, open_reporting_sink, parse_sink
     from ._sinks import notes as sink_notes
+    from ._sinks import open_reporting_sink, parse_sink
 
     *inputs, out = args.paths
     output = Path(out)
@@ -296,8 +296,8 @@ def _job(
 ) -> tuple[Job, EngineSettings]:
     """The job the arguments describe (what the manifest records), and the engine's settings."""
     from .. import __version__, installed_vllm_version
-    from ._engine import EncodeOptions, EngineSettings
     from ._job import Job
+    from ._types import EncodeOptions, EngineSettings
 
     options = EncodeOptions(
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense

@@ -1,94 +1,23 @@
 """One ``vllm.LLM`` with the plugin, turning batches of texts into vectors.
 
-Texts are tokenized here, once, with the model's own tokenizer (truncation as
-FlagEmbedding's ``max_length`` does it, ``</s>`` kept), so that an over-long
-text is found and reported alone instead of failing its whole batch; the
-token ids then go through the plugin's own request path (``LLM.encode`` with
-``pooling_task="plugin"``), the code the server runs.
+Texts are tokenized here, once, with the model's own tokenizer
+(``_prompts.tokenize`` says why here); the token ids then go through the
+plugin's own request path (``LLM.encode`` with ``pooling_task="plugin"``),
+the code the server runs.
 """
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, cast
 
-from .._checks import max_tokens
 from .._config import cpu_binding, engine_kwargs
-from .._missing import is_missing
+from .._model_length import max_tokens
+from .._prompts import tokenize
+from ._model_info import on_gpu
+from ._types import Encoded, EncodeOptions, EngineSettings
 
-__all__ = [
-    "EncodeOptions",
-    "Encoded",
-    "Encoder",
-    "EngineSettings",
-    "hidden_size",
-    "on_gpu",
-    "vocab_size",
-]
-
-
-@dataclass(frozen=True)
-class EncodeOptions:
-    """What changes the vectors: recorded in the manifest."""
-
-    top_k: int | None = None
-    min_weight: float | None = None
-    truncate: int | None = None
-    dense: bool = False
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the engine runs: no effect on the vectors but for dtype and max_model_len."""
-
-    dtype: str = "auto"
-    max_model_len: int | None = None
-    gpu_memory_utilization: float | None = None
-    max_num_batched_tokens: int | None = None
-    tensor_parallel_size: int = 1
-
-
-@dataclass
-class Encoded:
-    indices: list[list[int]]
-    values: list[list[float]]
-    dense: list[list[float]] | None
-
-
-def on_gpu() -> bool:
-    try:
-        import torch
-    except ImportError as exc:
-        if is_missing(exc, "torch"):
-            return False  # vLLM then says what it needs
-        raise  # installed and broken: its own error, not a silent CPU run
-    return bool(torch.cuda.is_available())
-
-
-def model_config(model: str) -> dict[str, Any]:
-    """The model's ``config.json``: read as JSON from a model folder, or through
-    transformers for a hub name. The folder's file is read directly because
-    ``AutoConfig`` imports torch (about 9 s of CPU on 2 cores), which the
-    command's process on ``--ray`` otherwise never needs."""
-    path = Path(model) / "config.json"
-    if path.is_file():
-        return cast(dict[str, Any], json.loads(path.read_text()))
-    from transformers import AutoConfig
-
-    return cast(dict[str, Any], AutoConfig.from_pretrained(model).to_dict())
-
-
-def hidden_size(model: str) -> int:
-    """The dense vector's size: the model's hidden size, from its config."""
-    return int(model_config(model)["hidden_size"])
-
-
-def vocab_size(model: str) -> int:
-    """How many token ids the model has: a sparse vector's dimension."""
-    return int(model_config(model)["vocab_size"])
+__all__ = ["Encoder"]
 
 
 class Encoder:
@@ -123,14 +52,7 @@ class Encoder:
         self.options = options
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
-        limit = self.options.truncate
-        if limit is None:
-            return list(self.tokenizer(texts, add_special_tokens=True)["input_ids"])
-        return list(
-            self.tokenizer(texts, add_special_tokens=True, truncation=True, max_length=limit)[
-                "input_ids"
-            ]
-        )
+        return tokenize(self.tokenizer, texts, self.options.truncate)
 
     def encode(self, token_ids: list[list[int]]) -> Encoded:
         data: dict[str, Any] = {
@@ -153,6 +75,6 @@ class Encoder:
         )
 
     def close(self) -> None:
-        # vLLM waits up to 5 s for its engine process, then kills it. A shorter
-        # wait was tried: the kill leaves a "leaked shared_memory" warning.
+        # vLLM's own shutdown waits for its engine process before it kills it:
+        # a kill sooner leaves a "leaked shared_memory" warning.
         self.llm.llm_engine.engine_core.shutdown()

@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._engine import Encoded, EncodeOptions
 from ._output import (
     Manifest,
     ShardRows,
@@ -28,6 +27,7 @@ from ._output import (
 )
 from ._reader import Row, check_text
 from ._sinks import Sink
+from ._types import Encoded, EncodeOptions
 
 __all__ = [
     "Backend",
@@ -195,7 +195,7 @@ class ShardWriter:
 
 
 def open_output(output: Path, job: Job) -> Manifest:
-    """The output folder's manifest; raises :class:`~.output.OutputMismatch`
+    """The output folder's manifest; raises :class:`~.._exceptions.OutputMismatch`
     before anything is written when ``output`` holds another job's shards."""
     output.mkdir(parents=True, exist_ok=True)
     manifest = Manifest.open(output, job.as_manifest())
@@ -248,7 +248,7 @@ def run_job(
 ) -> Summary:
     """Do the shards not done yet, and return what was done.
 
-    Raises :class:`~._output.OutputMismatch` before anything is written when
+    Raises :class:`~.._exceptions.OutputMismatch` before anything is written when
     ``output`` holds another job's shards. The sink is opened before any
     engine starts, so that an unreachable one stops the job at once.
     """
@@ -297,7 +297,7 @@ def _write_shards(
             shard, errors = collect(rows, results, name, job.options.dense)
             writer.write(name, len(rows), shard, errors)
             # The job's time ends with the last shard recorded: the engines'
-            # shutdown (up to 5 s, which the backend runs as its last shard
-            # is taken) is not the job's.
+            # shutdown (which the backend runs as its last shard is taken) is
+            # not the job's.
             finished_at = time.time()
     return finished_at

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import OutputMismatch
+
 __all__ = [
     "ERRORS",
     "FORMAT_VERSION",
     "MANIFEST",
     "Manifest",
-    "OutputMismatch",
     "ShardRows",
     "append_errors",
     "keep_errors",
@@ -42,10 +43,6 @@ def shard_name(index: int) -> str:
 def shard_index(name: str) -> int:
     """The inverse of :func:`shard_name`."""
     return int(name.removeprefix("part-").removesuffix(".parquet"))
-
-
-class OutputMismatch(Exception):
-    """The output folder was made by a run with other settings."""
 
 
 @dataclass

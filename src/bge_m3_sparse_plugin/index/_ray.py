@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from .._config import cpu_binding
-from ._engine import EncodeOptions, EngineSettings, on_gpu
 from ._job import Job, ShardResults, Vector
+from ._model_info import on_gpu
 from ._output import vector_columns
 from ._reader import Row, check_text, read_rows
+from ._types import EncodeOptions, EngineSettings
 
 __all__ = [
     "Placement",
@@ -379,9 +380,9 @@ def dataset_for(
         .map_batches(
             # Read where the command runs, which sees the input paths;
             # the rows then travel to the replicas, wherever they are.
-            # Pinned by Ray's node-id label (as Ray's own local:// reads are):
-            # a keyword of map_batches in Ray 2.60, a task option in 2.50;
-            # scheduling_strategy and ray_remote_args_fn are deprecated in 2.60.
+            # Pinned by Ray's node-id label, as Ray's own local:// reads are:
+            # the one way that every Ray the [ray] extra allows takes
+            # (docs/ray.md, "Ray versions").
             cast(Any, read_file),  # a function of one batch, given fn_kwargs
             batch_size=1,
             batch_format="pyarrow",

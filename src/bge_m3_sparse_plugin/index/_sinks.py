@@ -13,13 +13,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .._exceptions import SinkError, TableMismatch
 from ._output import ShardRows
 
 __all__ = [
     "DENSE_FIELD",
     "SPARSE_FIELD",
     "Sink",
-    "SinkError",
     "SinkSpec",
     "notes",
     "open_reporting_sink",
@@ -87,7 +87,7 @@ class Sink(Protocol):
 
     def finish(self) -> None:
         """The run's last shard is loaded: build what is best built once
-        (PostgreSQL's HNSW index: row by row, it loaded 10x slower)."""
+        (PostgreSQL's HNSW index, which slows a load kept up row by row)."""
         ...
 
     def close(self) -> None: ...
@@ -264,8 +264,8 @@ class PostgresSink:
 
     def finish(self) -> None:
         """The HNSW index on sparse, built once over the loaded rows: kept up
-        row by row as shards load, the load ran 10x slower (3,000 rows: 82
-        rows/s against 846, the build included; benchmarks/RESULTS.md)."""
+        row by row as shards load, it slows the load many times over
+        (benchmarks/RESULTS.md, section 11, has the figures)."""
         if self.hnsw:
             try:
                 with self.conn.transaction():
@@ -275,15 +275,6 @@ class PostgresSink:
 
     def close(self) -> None:
         self.conn.close()
-
-
-class TableMismatch(Exception):
-    """The sink's table exists with another shape."""
-
-
-class SinkError(Exception):
-    """The sink could not be opened or could not load a shard: the message
-    names the sink (without its password) and what went wrong."""
 
 
 class _Reporting:

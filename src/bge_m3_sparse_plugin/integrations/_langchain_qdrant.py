@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from langchain_qdrant import SparseEmbeddings, SparseVector
 
-from .langchain import BothHalves
+from ._langchain_base import BothHalves
 
 __all__ = ["BgeM3SparseEmbeddings"]
 

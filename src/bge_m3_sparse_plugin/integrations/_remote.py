@@ -32,11 +32,8 @@ from .._config import (
     MAX_INPUTS_ENV,
     max_inputs,
 )
-from ..client import (
-    AsyncSparseEmbeddingClient,
-    SparseEmbeddingClient,
-    SparseEmbeddingError,
-)
+from .._exceptions import SparseEmbeddingError
+from ..client import AsyncSparseEmbeddingClient, SparseEmbeddingClient
 
 __all__ = ["Remote", "SparseEmbeddingError", "Vectors"]
 
@@ -141,26 +138,28 @@ class Remote:
             self._kept[half].clear()  # kept for other texts, which this half did not ask for
         return kept
 
-    def _options(self, dense: bool) -> dict[str, Any]:
+    def _options(self, half: Half) -> dict[str, Any]:
         return {
             **self.request_options,
             "sparse_format": "indices_values",
             "return_sparse": True,
-            "return_dense": dense,
+            "return_dense": self.return_dense or half == "dense",
         }
 
-    @staticmethod
-    def _vectors(response: Any) -> list[Vectors]:
-        return [
+    def _batches(self, texts: list[str]) -> list[list[str]]:
+        return [texts[i : i + self.batch_size] for i in range(0, len(texts), self.batch_size)]
+
+    def _after(self, half: Half, texts: list[str], responses: list[Any]) -> list[Vectors]:
+        """The responses' vectors, in order, kept for the other half when it is attached."""
+        vectors = [
             Vectors(
                 item.sparse_embedding["indices"],
                 item.sparse_embedding["values"],
                 item.dense_embedding,
             )
+            for response in responses
             for item in response.data
         ]
-
-    def _after(self, half: Half, texts: list[str], vectors: list[Vectors]) -> list[Vectors]:
         other: Half = "dense" if half == "sparse" else "sparse"
         if self.return_dense and other in self._attached:
             self._kept[other].put(texts, vectors)
@@ -182,26 +181,18 @@ class Remote:
         kept = self._take(texts, half)
         if kept is not None:
             return kept
-        client = self._sync_client()
-        dense = self.return_dense or half == "dense"
-        out: list[Vectors] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = texts[start : start + self.batch_size]
-            out.extend(self._vectors(client.embed(batch, **self._options(dense))))
-        return self._after(half, texts, out)
+        client, options = self._sync_client(), self._options(half)
+        responses = [client.embed(batch, **options) for batch in self._batches(texts)]
+        return self._after(half, texts, responses)
 
     async def aencode(self, texts: list[str], half: Half = "sparse") -> list[Vectors]:
         """The asyncio form of :meth:`encode`."""
         kept = self._take(texts, half)
         if kept is not None:
             return kept
-        client = self._async_client()
-        dense = self.return_dense or half == "dense"
-        out: list[Vectors] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = texts[start : start + self.batch_size]
-            out.extend(self._vectors(await client.embed(batch, **self._options(dense))))
-        return self._after(half, texts, out)
+        client, options = self._async_client(), self._options(half)
+        responses = [await client.embed(batch, **options) for batch in self._batches(texts)]
+        return self._after(half, texts, responses)
 
     def _async_client(self) -> AsyncSparseEmbeddingClient:
         """This event loop's client: an httpx.AsyncClient's connections belong to

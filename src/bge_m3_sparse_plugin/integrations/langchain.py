@@ -30,12 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
-from langchain_core.embeddings import Embeddings
 from pydantic import ConfigDict
 
-from .._config import DEFAULT_BASE_URL
 from .._missing import is_missing
-from ._remote import Remote
+from ._langchain_base import BgeM3DenseEmbeddings
 from ._rerank import RerankerSettings, ranked
 
 if TYPE_CHECKING:
@@ -56,48 +54,11 @@ _BY_STORE = {
 }
 
 
-class BgeM3DenseEmbeddings(Embeddings):
-    """BGE-M3's dense vectors from the plugin's server (``return_dense`` on ``/pooling``)."""
-
-    def __init__(self, remote: Remote) -> None:
-        self.remote = remote
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.remote.dense(list(texts))
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.remote.dense([text])[0]
-
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await self.remote.adense(list(texts))
-
-    async def aembed_query(self, text: str) -> list[float]:
-        return (await self.remote.adense([text]))[0]
-
-
-class BothHalves:
-    """The sparse half of a store's pair (the class itself), and its dense half."""
-
-    def __init__(
-        self, base_url: str = DEFAULT_BASE_URL, model: str | None = None, **options: Any
-    ) -> None:
-        self.remote = Remote(base_url, model, **options)
-        self.remote.attach("sparse")
-        self._dense = BgeM3DenseEmbeddings(self.remote)
-
-    @property
-    def dense_embeddings(self) -> BgeM3DenseEmbeddings:
-        """The dense half (a LangChain ``Embeddings``), answered from the sparse
-        half's requests with ``return_dense=True``, and they from its."""
-        self.remote.attach("dense")
-        return self._dense
-
-
 class BgeM3Reranker(RerankerSettings, BaseDocumentCompressor):
     """Orders documents by BGE-M3's ``compute_score`` against the query, best
     first, and keeps ``top_n`` (all when None); each kept document's metadata
     gets ``relevance_score``, its score for ``mode``. The server scores: one
-    request per 64 documents."""
+    request per ``ADAPTER_BATCH_SIZE`` documents."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

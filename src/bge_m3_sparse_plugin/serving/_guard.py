@@ -2,10 +2,10 @@
 
 vLLM's ``AuthenticationMiddleware`` checks the key only on paths under its
 module-level ``GUARDED_PREFIX`` (``/v1``, ``/v2``, ``/inference``,
-``/cohere`` in vLLM 0.32 to 0.34). The plugin's ``/pooling`` is outside them,
-and so are vLLM's own ``/invocations`` (SageMaker's route, which hands a
-plugin body to the plugin), ``/score`` and ``/rerank``: with ``--api-key``
-set, each answered anyone.
+``/cohere`` in each release of ``SUPPORTED_VLLM``). The plugin's ``/pooling``
+is outside them, and so are vLLM's own ``/invocations`` (SageMaker's route,
+which hands a plugin body to the plugin), ``/score`` and ``/rerank``: with
+``--api-key`` set, each answered anyone.
 
 The rule added here is derived from the routes the app really has, not from a
 list of paths: a request whose path matches any of the app's routes must carry
@@ -57,7 +57,7 @@ OPEN_ROUTES = frozenset(
     }
 )
 MIDDLEWARE_MODULES = (
-    "vllm.entrypoints.serve.middleware.authenticate",  # vLLM 0.29 to 0.34
+    "vllm.entrypoints.serve.middleware.authenticate",  # where vLLM has it since 0.29
     "vllm.entrypoints.serve.utils.server_utils",  # earlier
 )
 _WRAPPED = "_bge_m3_sparse_guards_model_routes"

@@ -1,6 +1,6 @@
 """Per-request options kept between ``pre_process`` and ``post_process`` online.
 
-vLLM 0.32 to 0.34 call ``pre_process`` in the request's own asyncio task but
+The vLLM releases of ``SUPPORTED_VLLM`` call ``pre_process`` in the request's own asyncio task but
 ``post_process`` in the renderer's thread pool (``loop.run_in_executor``,
 which carries no ``contextvars``): the request id that vLLM passes to both is
 the one thing they share, and a client chooses it (``X-Request-Id``, taken
@@ -15,25 +15,11 @@ import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-__all__ = ["IdInUse", "PendingRequests", "TooManyPending"]
+from .._exceptions import IdInUse, TooManyPending
+
+__all__ = ["PendingRequests"]
 
 T = TypeVar("T")
-
-
-class IdInUse(Exception):
-    """Another request in flight holds this request id."""
-
-    def __init__(self, request_id: str) -> None:
-        super().__init__(request_id)
-        self.request_id = request_id
-
-
-class TooManyPending(Exception):
-    """The map is full: ``max_size`` requests are in flight."""
-
-    def __init__(self, max_size: int) -> None:
-        super().__init__(max_size)
-        self.max_size = max_size
 
 
 class PendingRequests(Generic[T]):

@@ -1,10 +1,11 @@
 """The vLLM IO processor: the glue between vLLM and the plugin's pure parts.
 
-parse (schemas.py) -> checks and prompts (checks.py) -> vLLM -> response items
-(embeddings.py). Per-request options wait in between: online in a map of the
-requests in flight, keyed by request id (pending.py, which says why); offline,
-where ``LLM.encode`` calls both steps in the caller's thread, in a context
-variable."""
+parse (schemas.py) -> tasks, checks and prompts (_tasks.py, _checks.py,
+_prompts.py) -> vLLM -> response items (_embeddings.py) or scores
+(_scores.py). Per-request options wait in between: online in a map of the
+requests in flight, keyed by request id (_pending.py, which says why);
+offline, where ``LLM.encode`` calls both steps in the caller's thread, in a
+context variable."""
 
 from __future__ import annotations
 
@@ -26,22 +27,15 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
-from .._checks import (
-    DEFAULT_TASK,
-    SCORE_TASKS,
-    RequestError,
-    Wants,
-    check_lengths,
-    check_limits,
-    max_tokens,
-    prompts_for,
-    score_plan,
-    tasks_for,
-)
+from .._checks import check_lengths, check_limits
 from .._config import MAX_PENDING_ENV, Limits
 from .._embeddings import Model, embedding_items
+from .._exceptions import IdInUse, RequestError, TooManyPending
+from .._model_length import max_tokens
+from .._prompts import prompts_for, score_plan, tokenize
 from .._scores import pair_scores
 from .._sparse import start_compiling
+from .._tasks import DEFAULT_TASK, SCORE_TASKS, Wants, tasks_for
 from .._tokens import TokenDecoder, special_token_ids
 from ..schemas import (
     ScoreItem,
@@ -55,7 +49,7 @@ from ..schemas import (
 )
 from ._guard import guard_model_routes
 from ._metrics import set_pending
-from ._pending import IdInUse, PendingRequests, TooManyPending
+from ._pending import PendingRequests
 
 __all__ = ["BgeM3SparseProcessor"]
 
@@ -118,10 +112,11 @@ class _PerPromptParams(list[PoolingParams]):
     """One PoolingParams per prompt, for a request whose prompts run two
     pooling tasks (ColBERT beside sparse or dense).
 
-    vLLM's front end (0.32 to 0.34) asks ``merge_pooling_params`` once per
-    /pooling request and takes one PoolingParams for every prompt or a
-    sequence of them, one per prompt (``_params_to_seq``); before that it
-    reads ``.task`` and calls ``.verify`` on what it got.
+    vLLM's front end (each release in ``SUPPORTED_VLLM``) asks
+    ``merge_pooling_params`` once per /pooling request and takes one
+    PoolingParams for every prompt or a sequence of them, one per prompt
+    (``_params_to_seq``); before that it reads ``.task`` and calls
+    ``.verify`` on what it got.
     """
 
     @property
@@ -250,20 +245,14 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
                 "data.pairs" if request.pairs is not None else "data.documents",
             )
         token_lists = [
-            *self._tokenize(plan.queries, plan.query_cut),
-            *self._tokenize(plan.passages, plan.passage_cut),
+            *tokenize(self.tokenizer, plan.queries, plan.query_cut),
+            *tokenize(self.tokenizer, plan.passages, plan.passage_cut),
         ]
         prompts = [{"prompt_token_ids": ids} for ids in token_lists]
         options = _ScoreOptions(
             n_queries=len(plan.queries), pairs=plan.pairs, weights=request.weights
         )
         return self._prompts(request_id, options, prompts, SCORE_TASKS)
-
-    def _tokenize(self, texts: list[str], cut: int) -> list[list[int]]:
-        # As FlagEmbedding's compute_score: truncation keeps <s> and </s>.
-        return [
-            list(ids) for ids in self.tokenizer(texts, truncation=True, max_length=cut)["input_ids"]
-        ]
 
     def _prompts(
         self,
