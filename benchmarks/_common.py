@@ -22,6 +22,15 @@ MODELS_DIR = Path(os.environ.get("BENCH_MODELS_DIR", "models"))
 SPECS = {
     "small": TinyModelSpec(),
     "mid": TinyModelSpec(hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072),
+    # bge-m3's width (hidden size 1024) in two layers: what ColBERT vectors and
+    # scores cost the API server, without the depth that only the engine pays.
+    "wide": TinyModelSpec(
+        hidden_size=1024,
+        num_layers=2,
+        num_heads=16,
+        intermediate_size=4096,
+        max_position_embeddings=2050,
+    ),
     # bge-m3's own size, random (about 570M parameters): for a GPU (benchmarks/gpu.sh).
     "realsize": TinyModelSpec(
         hidden_size=1024,

@@ -16,7 +16,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.server import SERVED_MODEL_NAME, Server
 
-__all__ = ["SERVED_MODEL_NAME", "BenchServer", "PeakRss", "Probe", "percentile"]
+__all__ = ["SERVED_MODEL_NAME", "BenchServer", "HealthProbe", "PeakRss", "Probe", "percentile"]
 
 
 class BenchServer(Server):
@@ -101,6 +101,24 @@ class Probe:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class HealthProbe(Probe):
+    """GET /health, one after another: how long the API server's event loop
+    keeps other work waiting (the engine plays no part in the answer)."""
+
+    def _run(self) -> None:
+        url = self._url.removesuffix("/pooling") + "/health"
+        with httpx.Client(timeout=300) as client:
+            while not self._stop.is_set():
+                start = time.perf_counter()
+                try:
+                    ok = client.get(url).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                self.latencies.append(time.perf_counter() - start)
+                self.failures += not ok
+                time.sleep(self._pause)
 
 
 def percentile(values: list[float], q: float) -> float:

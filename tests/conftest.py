@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -16,6 +17,7 @@ from .support.corpus import index_cmd, make_corpus, run
 from .support.server import (
     API_KEY,
     DTYPE,
+    SMALL_MAX_COLBERT_TOKENS,
     SMALL_MAX_INPUTS,
     SMALL_MAX_PENDING,
     Server,
@@ -94,6 +96,10 @@ def token_classify_server(model_dir: Path, tmp_path_factory: pytest.TempPathFact
         env={
             "BGE_M3_SPARSE_MAX_INPUTS": str(SMALL_MAX_INPUTS),
             "BGE_M3_SPARSE_MAX_PENDING": str(SMALL_MAX_PENDING),
+            "BGE_M3_SPARSE_MAX_COLBERT_VALUES": str(
+                SMALL_MAX_COLBERT_TOKENS
+                * json.loads((model_dir / "config.json").read_text())["hidden_size"]
+            ),
         },
     )
     yield srv

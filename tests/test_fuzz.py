@@ -1,10 +1,13 @@
 """Fuzz the HTTP surface of a real server with the plugin: never a 5xx, never a hang.
 
-Two generators, each bounded (FUZZ_EXAMPLES, default 150 each, fixed seed):
+Three generators, each bounded (FUZZ_EXAMPLES, default 150 each, fixed seed):
 - schemathesis, from the server's own OpenAPI schema for POST /pooling, as
   vLLM's CI does for its routes;
-- the plugin's own pydantic schema, through the same generator: valid
-  ``data`` objects, and near-valid mutations of them drawn with hypothesis.
+- the plugin's own pydantic schemas, embedding (``SparseEmbeddingRequest``)
+  and scoring (``ScoreRequest``), through the same generator: valid ``data``
+  objects, and near-valid mutations of them drawn with hypothesis, text
+  included that no UTF-8 can carry (lone surrogates, sent as JSON's ``\\ud800``
+  escapes, which JSON parsers and pydantic take).
 
 Each answer must be a 200 of the documented shape or a 4xx in vLLM's error
 shape whose ``param`` is the field that was broken (a mutation's own field, or
@@ -14,6 +17,8 @@ exactly. ``FUZZ_EXAMPLES=2000 ./scripts/test.sh tests/test_fuzz.py`` runs longer
 
 from __future__ import annotations
 
+import json
+import math
 import os
 from typing import Any
 
@@ -23,7 +28,12 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
-from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest, SparseEmbeddingResponse
+from bge_m3_sparse_plugin.schemas import (
+    ScoreRequest,
+    ScoreResponse,
+    SparseEmbeddingRequest,
+    SparseEmbeddingResponse,
+)
 
 from .support.parity import assert_sparse_equal, flag_reference
 from .support.requests import SEED_INPUT
@@ -39,6 +49,7 @@ LIMITS = httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S)
 SEED = 20261203
 TIMEOUT_S = 60
 VOCAB = 729  # the small model's vocabulary (len(tokenizer)); checked below
+JSON = {"Content-Type": "application/json"}
 FUZZ_SETTINGS = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -93,8 +104,10 @@ CHECKED_BEYOND_THE_SCHEMA = (
 
 # -- near-valid mutations of a valid data object ----------------------------
 
+# Any code point, lone surrogates (Cs) included: valid JSON escapes that no
+# UTF-8 can carry, so that a tokenizer never sees them unchecked.
 ODD_TEXT = st.text(
-    alphabet=st.characters(codec="utf-8", categories=["Cc", "Cf", "Co", "Mn", "So", "Zs", "Lo"]),
+    alphabet=st.characters(categories=["Cc", "Cf", "Co", "Cs", "Mn", "So", "Zs", "Lo"]),
     min_size=1,
     max_size=40,
 )
@@ -123,10 +136,10 @@ def deep(depth: int) -> Any:
     return value
 
 
-def plugin_openapi() -> dict:
-    """POST /pooling with the plugin's request schema as ``data``, as an
-    OpenAPI document, so that schemathesis draws bodies from it."""
-    schema = SparseEmbeddingRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+def plugin_openapi(model: type = SparseEmbeddingRequest) -> dict:
+    """POST /pooling with one of the plugin's request schemas as ``data``, as
+    an OpenAPI document, so that schemathesis draws bodies from it."""
+    schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
     defs = schema.pop("$defs", {})
     body = {"type": "object", "properties": {"data": schema}, "required": ["data"]}
     return {
@@ -147,11 +160,17 @@ def plugin_openapi() -> dict:
     }
 
 
-def valid_data() -> st.SearchStrategy[dict]:
+def valid_data(model: type = SparseEmbeddingRequest) -> st.SearchStrategy[dict]:
     import schemathesis
 
-    operation = schemathesis.openapi.from_dict(plugin_openapi())["/pooling"]["POST"]
+    operation = schemathesis.openapi.from_dict(plugin_openapi(model))["/pooling"]["POST"]
     return operation.as_strategy().map(lambda case: case.body["data"])
+
+
+def escaped(data: Any) -> bytes:
+    """A /pooling body as JSON with every non-ASCII character escaped, so that
+    a lone surrogate travels as its escape (httpx's json= would refuse it)."""
+    return json.dumps({"model": SERVED_MODEL_NAME, "data": data}).encode()
 
 
 @st.composite
@@ -207,7 +226,7 @@ def test_plugin_schema_fuzz(server):
     with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
 
         def send(data: Any) -> httpx.Response:
-            return client.post("/pooling", json={"model": SERVED_MODEL_NAME, "data": data})
+            return client.post("/pooling", content=escaped(data), headers=JSON)
 
         accepted_bases = 0
 
@@ -240,6 +259,108 @@ def test_plugin_schema_fuzz(server):
         run()
         # The strict check above ran, on a good share of the examples (65 of
         # 150 in CI, where hypothesis drew its examples from the same seed).
+        assert accepted_bases >= EXAMPLES // 4, accepted_bases
+
+
+# -- scoring requests ---------------------------------------------------------
+
+SCORE_FIELDS = ("data.query", "data.documents", "data.pairs", "data.weights")
+
+
+def check_score_answer(resp: httpx.Response, data: Any, broken: tuple[str, ...]) -> str | None:
+    """A 200 with one finite score per pair, each with compute_score's keys,
+    or a 400 naming one of ``broken``. Returns the param, None for a 200."""
+    assert resp.status_code < 500, (resp.status_code, resp.text[:500], repr(data)[:500])
+    if resp.status_code == 200:
+        answer = ScoreResponse.model_validate(resp.json()["data"])
+        pairs = ScoreRequest.model_validate(data).pair_list()
+        assert [item.index for item in answer.data] == list(range(len(pairs)))
+        for item in answer.data:
+            assert len(item.scores) == 5 and all(map(math.isfinite, item.scores.values()))
+        return None
+    assert resp.status_code == 400, (resp.status_code, resp.text[:500])
+    param = error_of(resp)["param"]
+    assert isinstance(param, str) and param.startswith(broken), (param, broken)
+    return param
+
+
+def _is_valid_score(data: Any) -> bool:
+    try:
+        ScoreRequest.model_validate(data)
+    except ValueError:
+        return False
+    return True
+
+
+@st.composite
+def mutated_score(draw: st.DrawFn) -> tuple[dict, dict, str]:
+    """A valid scoring data object, a near-valid mutation of it, and the field broken."""
+    # The JSON schema leaves query, documents and pairs each optional (the
+    # rule that one shape is given is the model's own check): keep the data
+    # that the model takes, so that the mutation is what is refused.
+    base = draw(valid_data(ScoreRequest).filter(_is_valid_score))
+    data = dict(base)
+    shape = "pairs" if "pairs" in data else "documents"
+    kind = draw(
+        st.sampled_from(
+            ["wrong type", "odd unicode", "huge list", "weights", "unknown field", "both shapes"]
+        )
+    )
+    if kind == "wrong type":
+        field = draw(st.sampled_from(sorted(ScoreRequest.model_fields)))
+        data[field] = draw(ANY_JSON)
+    elif kind == "odd unicode":
+        field = draw(st.sampled_from(["pairs"] if shape == "pairs" else ["query", "documents"]))
+        if field == "pairs":
+            data["pairs"] = draw(st.lists(st.tuples(ODD_TEXT, ODD_TEXT), min_size=1, max_size=3))
+        elif field == "documents":
+            data["documents"] = draw(st.lists(ODD_TEXT, min_size=1, max_size=3))
+        else:
+            data["query"] = draw(ODD_TEXT)
+    elif kind == "huge list":
+        field = shape
+        data[shape] = [["q", "d"] if shape == "pairs" else "d"] * draw(
+            st.sampled_from([1025, 5000])
+        )
+    elif kind == "weights":
+        field = "weights"
+        big = st.sampled_from([0.0, 1e308, 1.7e308, 5e-324, 1.0])
+        data["weights"] = draw(st.lists(big, min_size=3, max_size=3))
+    elif kind == "unknown field":
+        field = draw(st.text(min_size=1, max_size=12).filter(lambda k: k not in data))
+        data[field] = draw(ANY_JSON)
+    else:
+        field = "query" if shape == "pairs" else "pairs"
+        data[field] = "q" if field == "query" else [["q", "d"]]
+    return base, data, f"data.{field}"
+
+
+def test_score_schema_fuzz(server):
+    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
+
+        def post(data: Any) -> httpx.Response:
+            return client.post("/pooling", content=escaped(data), headers=JSON)
+
+        accepted_bases = 0
+
+        @seed(SEED)
+        @FUZZ_SETTINGS
+        @given(case=mutated_score())
+        def run(case: tuple[dict, dict, str]) -> None:
+            nonlocal accepted_bases
+            base, data, broken = case
+            own_fields = tuple(f"data.{field}" for field in base)
+            refused_for = check_score_answer(post(base), base, SCORE_FIELDS + own_fields)
+            if refused_for is None:
+                accepted_bases += 1
+                # Both shapes at once: the check names either of the two.
+                allowed = SCORE_FIELDS if broken in SCORE_FIELDS else (broken,)
+            else:
+                allowed = (broken, *SCORE_FIELDS, *own_fields)
+            check_score_answer(post(data), data, allowed)
+            assert server.alive()
+
+        run()
         assert accepted_bases >= EXAMPLES // 4, accepted_bases
 
 

@@ -6,6 +6,7 @@ requests in flight is observed through the plugin's gauge on /metrics.
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -20,7 +21,7 @@ from .support.requests import (
     pending_requests,
     post,
 )
-from .support.server import SMALL_MAX_INPUTS, SMALL_MAX_PENDING
+from .support.server import SMALL_MAX_COLBERT_TOKENS, SMALL_MAX_INPUTS, SMALL_MAX_PENDING
 
 pytestmark = pytest.mark.engine
 
@@ -70,6 +71,28 @@ def test_max_inputs_is_configurable(token_classify_server):
     resp = post(token_classify_server, body({"input": ["a"] * (n + 1)}))
     assert resp.status_code == 400, resp.text
     assert f"data.input has {n + 1} items; at most {n}" in resp.json()["error"]["message"]
+
+
+def test_colbert_vectors_are_bounded_per_response(token_classify_server, model_dir):
+    """FlagEmbedding gives a vector per token but the first: token-id inputs
+    of n + 1 ids make n vectors. Up to the bound they come back; one more is
+    a 400 naming the field and the variable, and the server goes on."""
+    hidden = json.loads((model_dir / "config.json").read_text())["hidden_size"]
+    n = SMALL_MAX_COLBERT_TOKENS
+    half = [0, *[5] * (n // 2 - 1), 2]  # n // 2 vectors each
+    ok = post(token_classify_server, body({"input": [half, half], "return_colbert_vecs": True}))
+    assert ok.status_code == 200, ok.text
+    assert [len(item["colbert_vecs"]) for item in ok.json()["data"]["data"]] == [n // 2] * 2
+    over = [0, *[5] * (n // 2), 2]  # one vector more
+    resp = post(token_classify_server, body({"input": [half, over], "return_colbert_vecs": True}))
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == "data.return_colbert_vecs"
+    assert f"hold {(n + 1) * hidden} values" in error["message"]
+    assert f"at most {n * hidden}" in error["message"]
+    assert "BGE_M3_SPARSE_MAX_COLBERT_VALUES" in error["message"]
+    again = post(token_classify_server, body({"input": [half], "return_colbert_vecs": True}))
+    assert again.status_code == 200, again.text
 
 
 def test_pending_state_is_emptied_by_failures_and_abandoned_requests(token_classify_server):

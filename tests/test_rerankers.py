@@ -220,7 +220,7 @@ def test_a_mode_or_weights_that_compute_score_lacks_is_refused_by_name(make):
 
     module, name = make.split(":")
     cls = getattr(importlib.import_module(module), name)
-    with pytest.raises(ValueError, match="mode must be one of dense, sparse, colbert"):
+    with pytest.raises(ValueError, match="mode must be one of colbert, sparse, dense"):
         cls(mode="colbert+dense")
     with pytest.raises(ValueError, match=r"weights must be \[w_dense, w_sparse, w_colbert\]"):
         cls(weights=[1, 1])

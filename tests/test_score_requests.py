@@ -5,6 +5,7 @@ five keys per pair; against real FlagEmbedding, on a real engine and server."""
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -163,6 +164,15 @@ def test_concurrent_score_and_embedding_requests_keep_their_own_answers(server):
             "data.documents",
             "1025 items; at most 1024",
         ),
+        # The same text again and again costs one run, but each pair its own
+        # answer: the pairs and the documents are counted, not the distinct texts.
+        ({"query": "q", "documents": ["d"] * 1025}, "data.documents", "1025 items; at most 1024"),
+        ({"pairs": [["q", "d"]] * 1025}, "data.pairs", "1025 items; at most 1024"),
+        (
+            {"query": "q", "documents": ["d"], "weights": [1e308, 1e308, 1e308]},
+            "data.weights",
+            "sum must be a finite number",
+        ),
     ],
 )
 def test_bad_score_requests_get_a_400_naming_the_field(server, data, param, says):
@@ -171,3 +181,31 @@ def test_bad_score_requests_get_a_400_naming_the_field(server, data, param, says
     error = resp.json()["error"]
     assert error["param"] == param, error
     assert says in error["message"], error
+
+
+def test_the_largest_accepted_pairs_are_answered_each(server):
+    resp = post(server, body({"pairs": [["q", "d"]] * 1024}))
+    assert resp.status_code == 200, resp.text
+    scores = [item["scores"] for item in resp.json()["data"]["data"]]
+    assert len(scores) == 1024 and all(s == scores[0] for s in scores)
+
+
+def test_a_score_being_tokenized_leaves_the_event_loop_free(server):
+    """A score's texts are tokenized by the plugin (each with its own cut):
+    near the character limit that takes seconds. Meanwhile the server answers
+    /health again and again, as it does only when that work runs off its
+    event loop; held there, /health would wait for it, and the few answers
+    that came after it would come before the score's."""
+    documents = [f"passage {i} " + "rivers and mountains " * 3500 for i in range(100)]
+    data = {"query": "q", "documents": documents, "max_passage_length": 8}
+    assert sum(map(len, documents)) > 7_000_000  # near BGE_M3_SPARSE_MAX_CHARS's default
+    healths = 0
+    with httpx.Client(base_url=server.url, timeout=300) as client:
+        scoring = ThreadPoolExecutor(1).submit(client.post, "/pooling", json=body(data))
+        while not scoring.done():
+            assert client.get("/health").status_code == 200
+            healths += 1
+        answer = scoring.result()
+    assert answer.status_code == 200, answer.text
+    assert len(answer.json()["data"]["data"]) == 100
+    assert healths >= 200, healths

@@ -6,16 +6,57 @@ names ``field``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from ._config import MAX_CHARS_ENV, MAX_INPUTS_ENV
+from ._config import MAX_CHARS_ENV, MAX_COLBERT_VALUES_ENV, MAX_INPUTS_ENV
 from ._exceptions import RequestError
 
-__all__ = ["check_lengths", "check_limits", "item_field"]
+__all__ = [
+    "check_colbert_values",
+    "check_counts",
+    "check_lengths",
+    "check_limits",
+    "item_field",
+]
+
+# The lists of a request's data whose items each cost a text's work: a score's
+# pairs and documents, and an embedding request's inputs.
+_COUNTED = ("pairs", "documents", "input")
 
 
 def item_field(index: int, single: bool) -> str:
     """How errors name input ``index``: ``data.input`` for a single input."""
     return "data.input" if single else f"data.input[{index}]"
+
+
+def check_counts(data: dict[str, Any], max_inputs: int) -> None:
+    """At most ``max_inputs`` items in each list of the raw ``data`` that
+    counts texts, checked before the request is parsed: parsing a million
+    pairs is itself the cost to refuse. One list of token ids is one input."""
+    for name in _COUNTED:
+        items = data.get(name)
+        if not isinstance(items, list) or len(items) <= max_inputs:
+            continue
+        if name == "input" and isinstance(items[0], int):
+            continue  # one token-id sequence
+        field = f"data.{name}"
+        raise RequestError(
+            f"{field} has {len(items)} items; at most {max_inputs} are "
+            f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
+            field,
+        )
+
+
+def check_colbert_values(values: int, max_values: int) -> None:
+    """The ColBERT vectors of a response hold at most ``max_values`` values
+    (tokens x hidden size)."""
+    if values > max_values:
+        raise RequestError(
+            f"data.return_colbert_vecs: the ColBERT vectors of this request hold {values} "
+            f"values (tokens x hidden size); at most {max_values} are allowed per response "
+            f"(send fewer or shorter texts, or set {MAX_COLBERT_VALUES_ENV} on the server)",
+            "data.return_colbert_vecs",
+        )
 
 
 def check_limits(

@@ -16,6 +16,7 @@ __all__ = [
     "ANY_VLLM_ENV",
     "DEFAULT_BASE_URL",
     "DEFAULT_MAX_CHARS",
+    "DEFAULT_MAX_COLBERT_VALUES",
     "DEFAULT_MAX_INPUTS",
     "DEFAULT_MAX_PENDING",
     "DEFAULT_MAX_QUERY_LENGTH",
@@ -25,6 +26,7 @@ __all__ = [
     "INDEX_VLLM_LOGGING_LEVEL",
     "KEEPALIVE_EXPIRY_S",
     "MAX_CHARS_ENV",
+    "MAX_COLBERT_VALUES_ENV",
     "MAX_INPUTS_ENV",
     "MAX_PENDING_ENV",
     "PLUGIN_NAME",
@@ -70,11 +72,17 @@ ANY_VLLM_ENV = "BGE_M3_SPARSE_ANY_VLLM"
 MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
 MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
+MAX_COLBERT_VALUES_ENV = "BGE_M3_SPARSE_MAX_COLBERT_VALUES"
+# Texts per request; and for a score, pairs or documents per request.
 DEFAULT_MAX_INPUTS = 1024
 # Characters of text in one request. Tokenizing them is the cost the plugin
 # can refuse before it is paid: benchmarks/RESULTS.md ("Limits") has the figures.
 DEFAULT_MAX_CHARS = 8_000_000
 DEFAULT_MAX_PENDING = 65536
+# ColBERT values (tokens x hidden size) in one response: each becomes a Python
+# float and a JSON number, tens of bytes, where the engine gave 4. This many is
+# 4096 tokens of bge-m3 (hidden size 1024), 16 MB as float32.
+DEFAULT_MAX_COLBERT_VALUES = 4_194_304
 # What bge-m3-sparse index sets VLLM_LOGGING_LEVEL to, unless set or --verbose:
 # vLLM logs its start-up to stdout, around the command's summary.
 INDEX_VLLM_LOGGING_LEVEL = "ERROR"
@@ -87,10 +95,14 @@ QUIET_WARNINGS = "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarni
 ENVIRONMENT: dict[str, tuple[str, str]] = {
     MAX_INPUTS_ENV: (
         str(DEFAULT_MAX_INPUTS),
-        "texts per request, on the server; the index command's --batch-size and the "
-        "adapters' batch_size are capped by it too",
+        "texts per request, and a score's pairs or documents, on the server; the index "
+        "command's --batch-size and the adapters' batch_size are capped by it too",
     ),
     MAX_CHARS_ENV: (str(DEFAULT_MAX_CHARS), "characters of text per request, on the server"),
+    MAX_COLBERT_VALUES_ENV: (
+        str(DEFAULT_MAX_COLBERT_VALUES),
+        "ColBERT values (tokens x hidden size) per response, on the server; past it, a 400",
+    ),
     MAX_PENDING_ENV: (
         str(DEFAULT_MAX_PENDING),
         "requests in flight per API-server process; past it, a 503",
@@ -133,6 +145,7 @@ class Limits:
     max_inputs: int = DEFAULT_MAX_INPUTS
     max_chars: int = DEFAULT_MAX_CHARS
     max_pending: int = DEFAULT_MAX_PENDING
+    max_colbert_values: int = DEFAULT_MAX_COLBERT_VALUES
 
     @classmethod
     def from_env(cls) -> Limits:
@@ -140,6 +153,7 @@ class Limits:
             max_inputs=max_inputs(),
             max_chars=env_int(MAX_CHARS_ENV, DEFAULT_MAX_CHARS),
             max_pending=env_int(MAX_PENDING_ENV, DEFAULT_MAX_PENDING),
+            max_colbert_values=env_int(MAX_COLBERT_VALUES_ENV, DEFAULT_MAX_COLBERT_VALUES),
         )
 
 

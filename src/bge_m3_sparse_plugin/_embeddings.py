@@ -17,7 +17,7 @@ from ._sparse import lexical_weights_flat, prune, split_pooled_outputs
 from ._tasks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
 from .schemas import SparseEmbedding, SparseEmbeddingItem, SparseEmbeddingRequest
 
-__all__ = ["Model", "embedding_items"]
+__all__ = ["Model", "ThreeOutputs", "colbert_values", "embedding_items", "three_outputs"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,52 @@ def embedding_items(
         )
         for i in range(n)
     ]
+
+
+@dataclass(frozen=True)
+class ThreeOutputs:
+    """Each input's three outputs as arrays, as a score reads them: no Python
+    object per value."""
+
+    dense: np.ndarray  # (n, hidden) float32
+    sparse_ids: np.ndarray  # every input's lexical-weight ids, one after the other
+    sparse_weights: np.ndarray  # their weights, float32
+    sparse_bounds: np.ndarray  # input i's entries are [bounds[i], bounds[i + 1])
+    colbert: list[np.ndarray]  # input i's (tokens, hidden) float32 vectors
+
+
+def three_outputs(
+    token_lists: Sequence[Sequence[int]], pooled: Sequence[Any], model: Model
+) -> ThreeOutputs:
+    """The outputs of a request that ran ``SCORE_TASKS`` (sparse and dense for
+    every input, then ColBERT for every input), as arrays."""
+    n = len(pooled) // 2
+    token_ids, token_lengths = _concatenated(token_lists[:n])
+    value_lengths = np.fromiter((len(p) for p in pooled[:n]), dtype=np.int64, count=n)
+    values = _as_float32(pooled[:n])
+    ids, weights, n_weights, dense_starts = split_pooled_outputs(
+        token_ids,
+        token_lengths,
+        values,
+        value_lengths,
+        model.hidden_size,
+        model.bos_token_id,
+        model.eos_token_id,
+    )
+    kept_ids, kept_w, bounds = lexical_weights_flat(ids, weights, n_weights, model.skip_ids)
+    rows = dense_starts[:, None] + np.arange(model.hidden_size)
+    return ThreeOutputs(
+        dense=values[rows],
+        sparse_ids=kept_ids,
+        sparse_weights=kept_w,
+        sparse_bounds=bounds,
+        colbert=[_as_matrix(data) for data in pooled[n:]],
+    )
+
+
+def colbert_values(pooled: Sequence[Any]) -> int:
+    """How many values the ColBERT outputs ``pooled`` hold (tokens x hidden)."""
+    return sum(int(np.prod(getattr(data, "shape", np.shape(data)))) for data in pooled)
 
 
 def _sparse_and_dense(
@@ -126,6 +172,13 @@ def _concatenated(token_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
     ids = np.fromiter(chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
     return ids, lengths
+
+
+def _as_matrix(data: Any) -> np.ndarray:
+    """One output's token vectors as a float32 array (no copy when they are one)."""
+    if isinstance(data, torch.Tensor):
+        return data.to("cpu", torch.float32).numpy()
+    return np.asarray(data, dtype=np.float32)
 
 
 def _as_rows(data: Any) -> list[list[float]]:

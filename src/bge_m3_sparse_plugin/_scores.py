@@ -15,10 +15,13 @@ returns: FlagEmbedding's definitions (no vLLM, no torch).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._formats import weight_dict
 from .schemas import SCORE_KEYS
+
+if TYPE_CHECKING:
+    from ._embeddings import ThreeOutputs
 
 __all__ = [
     "DEFAULT_WEIGHTS",
@@ -77,36 +80,66 @@ def colbert_score(query: Any, passage: Any) -> float:
 def m3_scores(
     dense: float, sparse: float, colbert: float, weights: Sequence[float] | None = None
 ) -> dict[str, float]:
-    """``compute_score``'s five keys from the three scores of one pair;
-    ``weights`` are ``[w_dense, w_sparse, w_colbert]``."""
+    """``compute_score``'s five keys from the three scores of one pair, in its
+    order; ``weights`` are ``[w_dense, w_sparse, w_colbert]``.
+
+    The combined keys are weighted means, each weight divided by the sum
+    first: equal to compute_score's ``(s * w_s + d * w_d) / (w_s + w_d)`` but
+    for the last bit, and finite for any weights whose sum is finite (the
+    schema refuses the others), where the products could overflow."""
     if weights is not None and len(weights) != 3:
         raise ValueError(f"weights must be [w_dense, w_sparse, w_colbert], got {list(weights)}")
     w_dense, w_sparse, w_colbert = DEFAULT_WEIGHTS if weights is None else weights
-    return {
-        "dense": dense,
-        "sparse": sparse,
+    two = w_sparse + w_dense
+    three = w_dense + w_sparse + w_colbert
+    return {  # in compute_score's order (SCORE_KEYS)
         "colbert": colbert,
-        "sparse+dense": (sparse * w_sparse + dense * w_dense) / (w_sparse + w_dense),
-        "colbert+sparse+dense": (colbert * w_colbert + sparse * w_sparse + dense * w_dense)
-        / (w_dense + w_sparse + w_colbert),
+        "sparse": sparse,
+        "dense": dense,
+        "sparse+dense": sparse * (w_sparse / two) + dense * (w_dense / two),
+        "colbert+sparse+dense": colbert * (w_colbert / three)
+        + sparse * (w_sparse / three)
+        + dense * (w_dense / three),
     }
 
 
 def pair_scores(
-    queries: Sequence[Any],
-    passages: Sequence[Any],
+    outputs: ThreeOutputs,
+    n_queries: int,
     pairs: Sequence[tuple[int, int]],
     weights: Sequence[float] | None = None,
 ) -> list[dict[str, float]]:
     """``compute_score``'s five keys for each ``(query index, passage index)``
-    pair, from items holding ``dense_embedding``, ``sparse_embedding`` and
-    ``colbert_vecs`` (the plugin's response items)."""
-    return [
-        m3_scores(
-            dense_score(queries[q].dense_embedding, passages[p].dense_embedding),
-            lexical_matching_score(queries[q], passages[p]),
-            colbert_score(queries[q].colbert_vecs, passages[p].colbert_vecs),
-            weights,
+    pair, from the request's outputs as arrays: the distinct queries first,
+    then the distinct passages (the passage index counts from the first
+    passage). Builds no Python object per vector value."""
+    dense, colbert = outputs.dense, outputs.colbert
+    ids, values = outputs.sparse_ids, outputs.sparse_weights
+    bounds = outputs.sparse_bounds.tolist()
+    scores = []
+    for q, passage in pairs:
+        p = n_queries + passage
+        q_part, p_part = slice(bounds[q], bounds[q + 1]), slice(bounds[p], bounds[p + 1])
+        scores.append(
+            m3_scores(
+                float(dense[q] @ dense[p]),
+                _lexical_score(ids[q_part], values[q_part], ids[p_part], values[p_part]),
+                colbert_score(colbert[q], colbert[p]),
+                weights,
+            )
         )
-        for q, p in pairs
-    ]
+    return scores
+
+
+def _lexical_score(q_ids: Any, q_w: Any, p_ids: Any, p_w: Any) -> float:
+    """:func:`lexical_matching_score` on arrays (each side's ids distinct): the
+    products of the shared ids' weights, summed one after the other in the
+    query's order in float64, as the Python loop sums them."""
+    import numpy as np
+
+    _, in_q, in_p = np.intersect1d(q_ids, p_ids, assume_unique=True, return_indices=True)
+    if not in_q.size:
+        return 0.0
+    order = np.argsort(in_q)
+    products = q_w[in_q[order]].astype(np.float64) * p_w[in_p[order]].astype(np.float64)
+    return float(np.cumsum(products)[-1])  # cumsum adds in order; sum() pairs them up

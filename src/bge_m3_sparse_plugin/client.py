@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import random
 import time
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
@@ -43,6 +44,7 @@ from .schemas import (
 __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_RETRIES",
+    "DEFAULT_SCORE_CONCURRENCY",
     "DEFAULT_TIMEOUT_S",
     "KEEPALIVE_EXPIRY_S",
     "AsyncSparseEmbeddingClient",
@@ -55,10 +57,24 @@ __all__ = [
     "retry_delay",
 ]
 
-DEFAULT_RETRIES = 2  # after the first try: connection refused or reset, and 503s
-DEFAULT_BACKOFF_S = 0.5  # before the first retry; doubled for each next one
+DEFAULT_RETRIES = 2  # after the first try: failures in transit (RETRY_ERRORS), and 503s
+DEFAULT_BACKOFF_S = 0.5  # the first retry's longest wait; doubled for each next one
 MAX_DELAY_S = 30.0  # the longest wait between tries, a server's Retry-After included
 RETRY_STATUSES = frozenset({503})  # vLLM's engine is gone or a proxy's backend is down
+# The score requests an async client.score() has in flight at once: well
+# under httpx's default pool (100 connections), so that none waits for one.
+DEFAULT_SCORE_CONCURRENCY = 8
+# Failures of a request that may be sent again as it is: each /pooling request
+# is a pure function of its body, so a try that the server may have received
+# (a read or write error) is as safe to repeat as one that never left.
+RETRY_ERRORS = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.WriteError,
+)
 
 
 class PoolingResult(SparseEmbeddingResponse):
@@ -164,10 +180,11 @@ def _parse_response(response: httpx.Response, result: type[_Result]) -> _Result:
 
 
 def retry_delay(retry: int, backoff: float, retry_after: str | None = None) -> float:
-    """Seconds to wait before retry number ``retry`` (0 for the first):
+    """The longest wait before retry number ``retry`` (0 for the first):
     ``backoff`` doubled for each earlier retry, or the server's
     ``Retry-After`` (seconds or an HTTP date) when it sends one; at most
-    :data:`MAX_DELAY_S`."""
+    :data:`MAX_DELAY_S`. The clients wait the server's ``Retry-After``, and
+    otherwise a time drawn at random up to this one."""
     delay = backoff * 2.0**retry
     if retry_after:
         if retry_after.strip().isdigit():
@@ -181,37 +198,50 @@ def retry_delay(retry: int, backoff: float, retry_after: str | None = None) -> f
 _Outcome = httpx.Response | Exception
 
 
-def _retryable(outcome: _Outcome) -> bool:
-    """Worth trying again: the request never reached the server (connection
-    refused, reset before an answer, or no connection in time), or a 503."""
-    if isinstance(outcome, httpx.Response):
-        return outcome.status_code in RETRY_STATUSES
-    return isinstance(
-        outcome, httpx.ConnectError | httpx.ConnectTimeout | httpx.RemoteProtocolError
-    )
-
-
-def _delay_for(outcome: _Outcome, retry: int, backoff: float) -> float:
-    after = outcome.headers.get("retry-after") if isinstance(outcome, httpx.Response) else None
-    try:
-        return retry_delay(retry, backoff, after)
-    except ValueError:  # a Retry-After that is neither seconds nor a date
-        return retry_delay(retry, backoff)
-
-
 class _Retries:
     """One request's retry decisions: what the sync and async loops share
-    (they keep only the sending and the waiting, as httpx keeps its I/O twice)."""
+    (they keep only the sending and the waiting, as httpx keeps its I/O twice).
 
-    def __init__(self, retries: int, backoff: float) -> None:
+    Tried again: the failures in :data:`RETRY_ERRORS`, and the statuses in
+    :data:`RETRY_STATUSES`; and a 409 that follows a failure in transit, when
+    the request carries its own ``X-Request-Id``: the server refuses an id
+    that a request in flight holds, and that request is most likely this
+    one's own earlier try, which frees the id when it ends. A wait is the
+    server's ``Retry-After`` when it sends one, else drawn at random up to
+    :func:`retry_delay` ("full jitter"), so that clients refused together
+    do not come back together.
+    """
+
+    def __init__(self, retries: int, backoff: float, rng: random.Random | None = None) -> None:
         self.retries, self.backoff, self.retry = retries, backoff, 0
+        self.rng = rng or _RANDOM
+        self.in_doubt = False  # an earlier try failed in transit: it may still run
+
+    def _retryable(self, outcome: _Outcome) -> bool:
+        if isinstance(outcome, httpx.Response):
+            return outcome.status_code in RETRY_STATUSES or (
+                outcome.status_code == 409
+                and self.in_doubt
+                and "x-request-id" in outcome.request.headers
+            )
+        return isinstance(outcome, RETRY_ERRORS)
 
     def delay(self, outcome: _Outcome) -> float | None:
         """Seconds to wait before the next try, or None: ``outcome`` is final."""
-        if self.retry >= self.retries or not _retryable(outcome):
+        if self.retry >= self.retries or not self._retryable(outcome):
             return None
+        self.in_doubt = self.in_doubt or isinstance(outcome, Exception)
         self.retry += 1
-        return _delay_for(outcome, self.retry - 1, self.backoff)
+        after = outcome.headers.get("retry-after") if isinstance(outcome, httpx.Response) else None
+        if after:
+            try:
+                return retry_delay(self.retry - 1, self.backoff, after)
+            except ValueError:  # a Retry-After that is neither seconds nor a date
+                pass
+        return self.rng.uniform(0.0, retry_delay(self.retry - 1, self.backoff))
+
+
+_RANDOM = random.Random()
 
 
 def _final(outcome: _Outcome) -> httpx.Response:
@@ -383,7 +413,7 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
     ) -> list[dict[str, float]]:
         """FlagEmbedding's ``compute_score`` for ``query`` against each of
         ``documents``: one dict per document, in their order, with the keys
-        ``dense``, ``sparse``, ``colbert``, ``sparse+dense`` and
+        ``colbert``, ``sparse``, ``dense``, ``sparse+dense`` and
         ``colbert+sparse+dense``; ``weights`` are ``[w_dense, w_sparse,
         w_colbert]`` (``[1, 1, 1]`` by default). The server scores (the
         request's ``query`` and ``documents``), ``ADAPTER_BATCH_SIZE``
@@ -447,15 +477,33 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
         weights: Sequence[float] | None = None,
         max_query_length: int | None = None,
         max_passage_length: int | None = None,
+        concurrency: int = DEFAULT_SCORE_CONCURRENCY,
     ) -> list[dict[str, float]]:
-        """See :meth:`SparseEmbeddingClient.score`; the requests go at once."""
+        """See :meth:`SparseEmbeddingClient.score`; at most ``concurrency``
+        requests are in flight at once, and when one fails (after its
+        retries) the others are cancelled and its error is raised."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         if not isinstance(documents, str) and len(documents) == 0:
             return []
         bodies = _score_bodies(
             self.model, query, documents, weights, max_query_length, max_passage_length
         )
-        responses = await asyncio.gather(*(self._post(body) for body in bodies))
-        return _scores_of([_parse_response(r, ScoreResult) for r in responses])
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(body: dict[str, Any]) -> ScoreResult:
+            async with slots:
+                return _parse_response(await self._post(body), ScoreResult)
+
+        tasks = [asyncio.ensure_future(one(body)) for body in bodies]
+        try:
+            results = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return _scores_of(results)
 
     async def aclose(self) -> None:
         if self._owns_http:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
@@ -255,7 +256,7 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 # Scoring: FlagEmbedding's compute_score, served.
 
 # compute_score's keys, in its order: each pair's ``scores`` holds them all.
-SCORE_KEYS = ("dense", "sparse", "colbert", "sparse+dense", "colbert+sparse+dense")
+SCORE_KEYS = ("colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense")
 
 _Text = Annotated[str, Field(strict=True)]  # "" too: compute_score takes it, as <s></s>
 _Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
@@ -312,6 +313,13 @@ class ScoreRequest(BaseModel):
             )
         if self.weights is not None:
             w_dense, w_sparse, _ = self.weights
+            if not math.isfinite(sum(self.weights)):
+                raise PydanticCustomError(
+                    "input_weights",
+                    "data.weights: their sum must be a finite number (each score is a "
+                    "weighted mean, each weight divided by the sum), got {weights}",
+                    {"weights": list(self.weights), "field": "data.weights"},
+                )
             if w_dense + w_sparse <= 0:
                 raise PydanticCustomError(
                     "input_weights",

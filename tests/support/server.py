@@ -27,6 +27,7 @@ DTYPE = "float32"
 API_KEY = "s3cret"  # the keyed test servers' and README's key
 SMALL_MAX_INPUTS = 5
 SMALL_MAX_PENDING = 4
+SMALL_MAX_COLBERT_TOKENS = 100  # token vectors per response, on the tight server
 START_TIMEOUT_S = 420
 
 

@@ -16,9 +16,7 @@ its texts drops what it held, and at most ``KEPT_TEXTS`` are held per half
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -85,9 +83,13 @@ class Remote:
     """The plugin's ``/pooling``, in requests of at most ``batch_size`` texts.
 
     ``request_options`` are the typed client's (``top_k``, ``min_weight``,
-    ``truncate_prompt_tokens``...). Sync and async calls each use their own
-    client, made on first use; ``http_client`` / ``async_http_client`` are
-    httpx clients of one's own (proxies, TLS), as the typed client takes them.
+    ``truncate_prompt_tokens``...). Sync calls share one client, made on
+    first use and closed by :meth:`close`; each async call opens its own and
+    closes it before it returns, as an ``httpx.AsyncClient``'s connections
+    belong to the event loop that opened them (and a program may run several
+    loops, one after the other). ``http_client`` / ``async_http_client`` are
+    httpx clients of one's own (proxies, TLS, pools), as the typed client
+    takes them: they are used as they are, and never closed here.
     """
 
     def __init__(
@@ -118,9 +120,6 @@ class Remote:
         self.request_options = request_options
         self._http_clients = (http_client, async_http_client)
         self._sync: SparseEmbeddingClient | None = None
-        self._async: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, AsyncSparseEmbeddingClient
-        ] = weakref.WeakKeyDictionary()
         self._kept: dict[Half, _Kept] = {"sparse": _Kept(), "dense": _Kept()}
         self._attached: set[Half] = set()
 
@@ -190,26 +189,20 @@ class Remote:
         kept = self._take(texts, half)
         if kept is not None:
             return kept
-        client, options = self._async_client(), self._options(half)
-        responses = [await client.embed(batch, **options) for batch in self._batches(texts)]
+        options = self._options(half)
+        async with self._async_client() as client:
+            responses = [await client.embed(batch, **options) for batch in self._batches(texts)]
         return self._after(half, texts, responses)
 
     def _async_client(self) -> AsyncSparseEmbeddingClient:
-        """This event loop's client: an httpx.AsyncClient's connections belong to
-        the loop that opened them, and a program may run several loops, one
-        after the other (asyncio.run twice)."""
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is None:
-            client = AsyncSparseEmbeddingClient(
-                self.base_url,
-                model=self.model,
-                timeout=self.timeout,
-                api_key=self.api_key,
-                http_client=self._http_clients[1],
-            )
-            self._async[loop] = client
-        return client
+        """A client for one async call (``async with``: closed when it ends)."""
+        return AsyncSparseEmbeddingClient(
+            self.base_url,
+            model=self.model,
+            timeout=self.timeout,
+            api_key=self.api_key,
+            http_client=self._http_clients[1],
+        )
 
     def score(self, query: str, texts: list[str], **options: Any) -> list[dict[str, float]]:
         """The client's ``score``: compute_score's five keys per text."""
@@ -217,7 +210,8 @@ class Remote:
 
     async def ascore(self, query: str, texts: list[str], **options: Any) -> list[dict[str, float]]:
         """The asyncio form of :meth:`score`."""
-        return await self._async_client().score(query, texts, **options)
+        async with self._async_client() as client:
+            return await client.score(query, texts, **options)
 
     def dense(self, texts: list[str]) -> list[list[float]]:
         return _dense(self.encode(texts, "dense"))

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,15 +29,15 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
-from .._checks import check_lengths, check_limits
+from .._checks import check_colbert_values, check_counts, check_lengths, check_limits
 from .._config import MAX_PENDING_ENV, Limits
-from .._embeddings import Model, embedding_items
+from .._embeddings import Model, colbert_values, embedding_items, three_outputs
 from .._exceptions import IdInUse, RequestError, TooManyPending
 from .._model_length import max_tokens
 from .._prompts import prompts_for, score_plan, tokenize
 from .._scores import pair_scores
 from .._sparse import start_compiling
-from .._tasks import DEFAULT_TASK, SCORE_TASKS, Wants, tasks_for
+from .._tasks import COLBERT_TASK, DEFAULT_TASK, SCORE_TASKS, Wants, tasks_for
 from .._tokens import TokenDecoder, special_token_ids
 from ..schemas import (
     ScoreItem,
@@ -49,6 +51,7 @@ from ..schemas import (
 )
 from ._guard import guard_model_routes
 from ._metrics import set_pending
+from ._offload import REQUEST_TASK, offload_preprocessing
 from ._pending import PendingRequests
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -74,18 +77,6 @@ class _ScoreOptions:
     pairs: list[tuple[int, int]]
     weights: tuple[float, float, float] | None
 
-
-# What a score computes from each text: the three outputs, sparse as FlagEmbedding's dict.
-_ALL_THREE = SparseEmbeddingRequest.model_construct(
-    input="",
-    return_tokens=False,
-    return_sparse=True,
-    return_dense=True,
-    return_colbert_vecs=True,
-    sparse_format="lexical_weights",
-    top_k=None,
-    min_weight=None,
-)
 
 Request = SparseEmbeddingRequest | ScoreRequest
 Response = SparseEmbeddingResponse | ScoreResponse
@@ -144,12 +135,20 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         super().__init__(vllm_config, renderer)
         # Each API-server process builds its own processor before it serves:
         # from here on, --api-key guards /pooling, /invocations and every other
-        # route that runs the model (guard.py says why here).
+        # route that runs the model (_guard.py says why here), and requests to
+        # the plugin are parsed and their prompts built in a worker thread, off
+        # the event loop (_offload.py).
         guard_model_routes()
+        offload_preprocessing(lambda processor: isinstance(processor, BgeM3SparseProcessor))
         model_config = vllm_config.model_config
         hf_config = model_config.hf_config
         tokenizer = renderer.get_tokenizer()
         self.tokenizer = tokenizer
+        # A score's texts are cut by the plugin, and a tokenizer's cut is state
+        # it keeps between calls: the plugin cuts with its own copy, one call at
+        # a time, while vLLM's renderer threads tokenize with theirs.
+        self._cutting_tokenizer = copy.deepcopy(tokenizer)
+        self._cutting = threading.Lock()
         self.max_tokens = max_tokens(model_config)
         if self.max_tokens < model_config.max_model_len:
             logger.warning(
@@ -188,6 +187,8 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
                 parameter="data",
             )
         schema = ScoreRequest if is_score_request(data) else SparseEmbeddingRequest
+        with _as_400():
+            check_counts(data, self.limits.max_inputs)
         try:
             return schema.model_validate(data)
         except ValidationError as exc:
@@ -244,10 +245,11 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
                 self.limits.max_chars,
                 "data.pairs" if request.pairs is not None else "data.documents",
             )
-        token_lists = [
-            *tokenize(self.tokenizer, plan.queries, plan.query_cut),
-            *tokenize(self.tokenizer, plan.passages, plan.passage_cut),
-        ]
+        with self._cutting:
+            token_lists = [
+                *tokenize(self._cutting_tokenizer, plan.queries, plan.query_cut),
+                *tokenize(self._cutting_tokenizer, plan.passages, plan.passage_cut),
+            ]
         prompts = [{"prompt_token_ids": ids} for ids in token_lists]
         options = _ScoreOptions(
             n_queries=len(plan.queries), pairs=plan.pairs, weights=request.weights
@@ -288,16 +290,26 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
                 f"process, its limit ({MAX_PENDING_ENV}); retry later",
                 HTTPStatus.SERVICE_UNAVAILABLE,
             ) from None
-        # vLLM calls pre_process inside the request's own asyncio task and
-        # tells the plugin nothing when a request fails after it, so the
-        # task's end (answered, failed inside vLLM, or abandoned by its
-        # client) is the one sure sign that the id is free again.
+
+        # vLLM tells the plugin nothing when a request fails after
+        # pre_process, so the end of the request's own asyncio task (answered,
+        # failed inside vLLM, or abandoned by its client) is the one sure sign
+        # that the id is free again. Off the loop (_offload.py), the task is
+        # handed over, and told from its loop's thread.
+        def free(_: object) -> None:
+            self.pending.discard(request_id, options)
+
+        handed = REQUEST_TASK.get()
+        if handed is not None:
+            loop, task = handed
+            loop.call_soon_threadsafe(task.add_done_callback, free)
+            return
         try:
-            task = asyncio.current_task()
+            current = asyncio.current_task()
         except RuntimeError:  # no running event loop: the entry waits for post_process
-            task = None
-        if task is not None:
-            task.add_done_callback(lambda _: self.pending.discard(request_id, options))
+            current = None
+        if current is not None:
+            current.add_done_callback(free)
 
     def post_process(
         self,
@@ -319,6 +331,14 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         with _as_400():
             check_lengths([len(ids) for ids in inputs], options.single, self.max_tokens)
         pooled = [out.outputs.data for out in model_output]
+        if COLBERT_TASK in options.tasks:
+            n = len(inputs)
+            colbert_run = options.tasks.index(COLBERT_TASK)
+            with _as_400():
+                check_colbert_values(
+                    colbert_values(pooled[colbert_run * n : (colbert_run + 1) * n]),
+                    self.limits.max_colbert_values,
+                )
         items = embedding_items(token_lists, pooled, options.request, options.tasks, self.model)
         prompt_tokens = sum(map(len, inputs))
         return SparseEmbeddingResponse(
@@ -331,10 +351,9 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
     ) -> ScoreResponse:
         token_lists = [out.prompt_token_ids or [] for out in model_output]
         pooled = [out.outputs.data for out in model_output]
-        items = embedding_items(token_lists, pooled, _ALL_THREE, SCORE_TASKS, self.model)
-        queries, passages = items[: options.n_queries], items[options.n_queries :]
-        scores = pair_scores(queries, passages, options.pairs, options.weights)
-        prompt_tokens = sum(map(len, token_lists[: len(items)]))  # the first run
+        outputs = three_outputs(token_lists, pooled, self.model)
+        scores = pair_scores(outputs, options.n_queries, options.pairs, options.weights)
+        prompt_tokens = sum(map(len, token_lists[: len(token_lists) // 2]))  # the first run
         return ScoreResponse(
             data=[ScoreItem(index=i, scores=s) for i, s in enumerate(scores)],
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
