@@ -100,12 +100,12 @@ def worst_cases(hidden: int, max_tokens: int) -> dict[str, dict]:
         f"{DEFAULT_MAX_CHARS / 1e6:g} M chars), passages cut at 16 tokens": {
             "data": {"query": "q", "documents": near_cap, "max_passage_length": 16}
         },
-        f"score of {DEFAULT_MAX_INPUTS // 64} pairs of long texts (queries cut at 512 tokens, "
+        f"score of {DEFAULT_MAX_INPUTS // 256} pairs of long texts (queries cut at 512 tokens, "
         "passages at the model's length)": {
             "data": {
                 "pairs": [
                     [f"query {i} " + "sky " * 4000, f"passage {i} " + "sea " * 4000]
-                    for i in range(DEFAULT_MAX_INPUTS // 64)
+                    for i in range(DEFAULT_MAX_INPUTS // 256)
                 ]
             }
         },

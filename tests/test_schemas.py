@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from bge_m3_sparse_plugin.schemas import (
+    ScoreRequest,
     SparseEmbeddingItem,
     SparseEmbeddingRequest,
     SparseToken,
@@ -175,3 +180,49 @@ def test_each_sparse_format_round_trips_through_the_item_model(sparse):
         "colbert_vecs": [[1.0, 0.0]],
     }
     assert SparseEmbeddingItem.model_validate(item).model_dump() == item
+
+
+LONE = json.loads('"\\ud800"')  # what JSON's escape gives: a str no UTF-8 can carry
+
+
+@pytest.mark.parametrize(
+    "model,data,field,says",
+    [
+        (SparseEmbeddingRequest, {"input": "ab" + LONE}, "data.input", "data.input holds"),
+        (SparseEmbeddingRequest, {"input": ["ok", LONE]}, "data.input", "data.input[1] holds"),
+        (ScoreRequest, {"query": LONE, "documents": ["d"]}, "data.query", "data.query: holds"),
+        (
+            ScoreRequest,
+            {"query": "q", "documents": ["d", "x" + LONE]},
+            "data.documents[1]",
+            "data.documents[1]: holds",
+        ),
+        (ScoreRequest, {"pairs": [["q", LONE]]}, "data.pairs[0][1]", "data.pairs[0][1]: holds"),
+    ],
+)
+def test_a_lone_surrogate_is_refused_naming_where(model, data, field, says):
+    with pytest.raises(ValidationError) as info:
+        model.model_validate(data)
+    message, named = describe_validation_error(info.value)
+    assert named == field
+    assert says in message and "lone surrogate (U+D800)" in message
+
+
+@given(st.text())
+def test_any_text_is_taken_exactly_when_utf8_carries_it(text):
+    try:
+        text.encode("utf-8")
+        carried = True
+    except UnicodeEncodeError:
+        carried = False
+    for model, data in (
+        (SparseEmbeddingRequest, {"input": [text]}),
+        (ScoreRequest, {"query": text, "documents": [text]}),
+    ):
+        try:
+            model.model_validate(data)
+            taken = True
+        except ValidationError as exc:
+            assert "lone surrogate" in describe_validation_error(exc)[0]
+            taken = False
+        assert taken == carried, (model.__name__, repr(text))

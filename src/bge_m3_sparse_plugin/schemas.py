@@ -6,6 +6,7 @@ import math
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -80,6 +81,41 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (JSON's ``"\\ud800"`` escape
+    parses to one), or None: no UTF-8 carries it, and tokenizers refuse it."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+_SURROGATE = "holds a lone surrogate (U+{code}) at character {at}, which no UTF-8 text can carry"
+
+
+def _check_text(text: str, where: str) -> None:
+    at = _lone_surrogate(text)
+    if at is not None:
+        raise PydanticCustomError(
+            "input_text",
+            "{where} " + _SURROGATE,
+            {"where": where, "code": f"{ord(text[at]):04X}", "at": at},
+        )
+
+
+def _utf8_text(text: str) -> str:
+    """A score's text: as the embedding input, text that UTF-8 can carry."""
+    at = _lone_surrogate(text)
+    if at is not None:
+        raise PydanticCustomError(
+            "text_encoding", _SURROGATE, {"code": f"{ord(text[at]):04X}", "at": at}
+        )
+    return text
+
+
 def _check_input(value: object) -> Input:
     """Accept the four input shapes; name the first bad element otherwise.
 
@@ -87,6 +123,7 @@ def _check_input(value: object) -> Input:
     says, once, where the input went wrong.
     """
     if isinstance(value, str):
+        _check_text(value, "data.input")
         return value
     if not isinstance(value, list) or not value:
         raise PydanticCustomError(
@@ -103,6 +140,7 @@ def _check_input(value: object) -> Input:
                     "data.input[{i}] must be a string like data.input[0], got {value}",
                     {"i": i, "value": _short(item)},
                 )
+            _check_text(item, f"data.input[{i}]")
         return value
     if isinstance(first, list):
         for i, item in enumerate(value):
@@ -258,7 +296,8 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 # compute_score's keys, in its order: each pair's ``scores`` holds them all.
 SCORE_KEYS = ("colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense")
 
-_Text = Annotated[str, Field(strict=True)]  # "" too: compute_score takes it, as <s></s>
+# "" too: compute_score takes it, as <s></s>.
+_Text = Annotated[str, Field(strict=True), AfterValidator(_utf8_text)]
 _Weight = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
 
 
