@@ -80,7 +80,10 @@ def worst_cases(hidden: int, max_tokens: int) -> dict[str, dict]:
     """The largest request of each kind that the default limits accept, and
     the same just past them."""
     per_doc = DEFAULT_MAX_CHARS // DEFAULT_MAX_INPUTS - 8
-    near_cap = ["rivers and mountains " * (per_doc // 21) for _ in range(DEFAULT_MAX_INPUTS - 1)]
+    # Each text its own (a score runs each distinct text once).
+    near_cap = [
+        f"{i} " + "rivers and mountains " * (per_doc // 21) for i in range(DEFAULT_MAX_INPUTS - 1)
+    ]
     tokens = DEFAULT_MAX_COLBERT_VALUES // hidden  # ColBERT vectors at the bound
     per_text = max_tokens - 1  # vectors per text of max_tokens ids (all but the first)
     texts, rest = divmod(tokens, per_text)
