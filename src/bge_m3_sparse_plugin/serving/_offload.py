@@ -63,12 +63,13 @@ def offload_preprocessing(is_ours: Callable[[Any], bool]) -> bool:
     try:
         serving = importlib.import_module(SERVING_MODULE).ServingPooling
         original = serving._preprocessing
-    except (ImportError, AttributeError):
+    except Exception as exc:  # noqa: BLE001 -- any vLLM without it keeps its own path
         logger.warning(
             "bge_m3_sparse_plugin: vLLM's ServingPooling._preprocessing was not found in "
-            "%s; the plugin parses requests and tokenizes scores on the event loop, "
+            "%s (%s); the plugin parses requests and tokenizes scores on the event loop, "
             "bounded by its limits per request",
             SERVING_MODULE,
+            exc,
         )
         return False
     if getattr(original, _WRAPPED, False):

@@ -147,7 +147,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         # A score's texts are cut by the plugin, and a tokenizer's cut is state
         # it keeps between calls: the plugin cuts with its own copy, one call at
         # a time, while vLLM's renderer threads tokenize with theirs.
-        self._cutting_tokenizer = copy.deepcopy(tokenizer)
+        self._cutting_tokenizer = _own_copy(tokenizer)
         self._cutting = threading.Lock()
         self.max_tokens = max_tokens(model_config)
         if self.max_tokens < model_config.max_model_len:
@@ -367,6 +367,20 @@ def _as_400() -> Iterator[None]:
         yield
     except RequestError as exc:
         raise VLLMValidationError(exc.message, parameter=exc.field) from None
+
+
+def _own_copy(tokenizer: Any) -> Any:
+    """A copy of vLLM's tokenizer for the plugin's own cuts; vLLM's itself
+    where one cannot be made (each cut then races vLLM's threads, as before)."""
+    try:
+        return copy.deepcopy(tokenizer)
+    except Exception:  # noqa: BLE001 -- a tokenizer that cannot be copied still tokenizes
+        logger.warning(
+            "bge_m3_sparse_plugin: vLLM's tokenizer (%s) cannot be copied; scores are cut "
+            "with it, under the plugin's own lock",
+            type(tokenizer).__name__,
+        )
+        return tokenizer
 
 
 def _with_task(params: PoolingParams, task: str) -> PoolingParams:
