@@ -222,7 +222,20 @@ def test_vocabulary_size_is_the_models(tokenizer):
     assert len(tokenizer) == VOCAB
 
 
-def test_plugin_schema_fuzz(server):
+def fuzz_mutations(
+    server: Any,
+    cases: st.SearchStrategy[tuple[dict, dict, str]],
+    check: Any,
+    beyond_the_schema: tuple[str, ...],
+    allowed_when_accepted: Any,
+) -> int:
+    """Send each drawn (base, mutation, broken field) to the server; returns
+    how many bases were accepted, where the mutation's check was strict.
+
+    ``check(response, data, allowed)`` asserts a 200 of the documented shape
+    or a 400 naming one of ``allowed``; ``beyond_the_schema`` are the fields
+    the server checks beyond the schema; ``allowed_when_accepted(broken)``
+    what a mutation of an accepted base may be refused for."""
     with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
 
         def send(data: Any) -> httpx.Response:
@@ -232,7 +245,7 @@ def test_plugin_schema_fuzz(server):
 
         @seed(SEED)
         @FUZZ_SETTINGS
-        @given(case=mutated())
+        @given(case=cases)
         def run(case: tuple[dict, dict, str]) -> None:
             nonlocal accepted_bases
             base, data, broken = case
@@ -240,26 +253,37 @@ def test_plugin_schema_fuzz(server):
             # or for a field of its own that the JSON schema lets through and
             # pydantic does not (an integer field drawn as 1.0).
             own_fields = tuple(f"data.{field}" for field in base)
-            refused_for = check_answer(send(base), base, CHECKED_BEYOND_THE_SCHEMA + own_fields)
+            refused_for = check(send(base), base, beyond_the_schema + own_fields)
             if refused_for is None:
                 # The mutation of an accepted request: a 200 (it may have drawn
-                # a valid value), or refused for the very field it broke (for
-                # the three return_ flags, any of them: one check names them all).
+                # a valid value), or refused for the very field it broke.
                 accepted_bases += 1
-                allowed = RETURN_FLAGS if broken in RETURN_FLAGS else (broken,)
-                if broken == "data.input":
-                    allowed = (broken, "input_tokens")  # vLLM's own length check
+                allowed = allowed_when_accepted(broken)
             else:
                 # Refused already: the mutation may uncover a check that the
                 # first refusal hid; the param still names a field of the request.
-                allowed = (broken, *CHECKED_BEYOND_THE_SCHEMA, *own_fields)
-            check_answer(send(data), data, allowed)
+                allowed = (broken, *beyond_the_schema, *own_fields)
+            check(send(data), data, allowed)
             assert server.alive()
 
         run()
-        # The strict check above ran, on a good share of the examples (65 of
-        # 150 in CI, where hypothesis drew its examples from the same seed).
-        assert accepted_bases >= EXAMPLES // 4, accepted_bases
+    return accepted_bases
+
+
+def test_plugin_schema_fuzz(server):
+    def allowed(broken: str) -> tuple[str, ...]:
+        if broken in RETURN_FLAGS:
+            return RETURN_FLAGS  # one check names the three return_ flags
+        if broken == "data.input":
+            return (broken, "input_tokens")  # vLLM's own length check
+        return (broken,)
+
+    accepted_bases = fuzz_mutations(
+        server, mutated(), check_answer, CHECKED_BEYOND_THE_SCHEMA, allowed
+    )
+    # The strict check ran on a good share of the examples (65 of 150 in CI,
+    # where hypothesis drew its examples from the same seed).
+    assert accepted_bases >= EXAMPLES // 4, accepted_bases
 
 
 # -- scoring requests ---------------------------------------------------------
@@ -336,32 +360,14 @@ def mutated_score(draw: st.DrawFn) -> tuple[dict, dict, str]:
 
 
 def test_score_schema_fuzz(server):
-    with httpx.Client(base_url=server.url, timeout=TIMEOUT_S, limits=LIMITS) as client:
+    def allowed(broken: str) -> tuple[str, ...]:
+        # Both shapes at once: the check names either of the two.
+        return SCORE_FIELDS if broken in SCORE_FIELDS else (broken,)
 
-        def post(data: Any) -> httpx.Response:
-            return client.post("/pooling", content=escaped(data), headers=JSON)
-
-        accepted_bases = 0
-
-        @seed(SEED)
-        @FUZZ_SETTINGS
-        @given(case=mutated_score())
-        def run(case: tuple[dict, dict, str]) -> None:
-            nonlocal accepted_bases
-            base, data, broken = case
-            own_fields = tuple(f"data.{field}" for field in base)
-            refused_for = check_score_answer(post(base), base, SCORE_FIELDS + own_fields)
-            if refused_for is None:
-                accepted_bases += 1
-                # Both shapes at once: the check names either of the two.
-                allowed = SCORE_FIELDS if broken in SCORE_FIELDS else (broken,)
-            else:
-                allowed = (broken, *SCORE_FIELDS, *own_fields)
-            check_score_answer(post(data), data, allowed)
-            assert server.alive()
-
-        run()
-        assert accepted_bases >= EXAMPLES // 4, accepted_bases
+    accepted_bases = fuzz_mutations(
+        server, mutated_score(), check_score_answer, SCORE_FIELDS, allowed
+    )
+    assert accepted_bases >= EXAMPLES // 4, accepted_bases
 
 
 def test_openapi_schema_fuzz(server):

@@ -39,12 +39,15 @@ def check_counts(data: dict[str, Any], max_inputs: int) -> None:
             continue
         if name == "input" and isinstance(items[0], int):
             continue  # one token-id sequence
-        field = f"data.{name}"
-        raise RequestError(
-            f"{field} has {len(items)} items; at most {max_inputs} are "
-            f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
-            field,
-        )
+        raise _too_many(f"data.{name}", len(items), max_inputs)
+
+
+def _too_many(field: str, n: int, max_inputs: int) -> RequestError:
+    return RequestError(
+        f"{field} has {n} items; at most {max_inputs} are "
+        f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
+        field,
+    )
 
 
 def check_colbert_values(values: int, max_values: int) -> None:
@@ -65,11 +68,7 @@ def check_limits(
     """At most ``max_inputs`` inputs and ``max_chars`` characters of text;
     ``field`` is what the request calls them."""
     if len(inputs) > max_inputs:
-        raise RequestError(
-            f"{field} has {len(inputs)} items; at most {max_inputs} are "
-            f"allowed per request (set {MAX_INPUTS_ENV} on the server to change it)",
-            field,
-        )
+        raise _too_many(field, len(inputs), max_inputs)
     chars = sum(len(item) for item in inputs if isinstance(item, str))
     if chars > max_chars:
         raise RequestError(

@@ -83,9 +83,7 @@ def three_outputs(
     """The outputs of a request that ran ``SCORE_TASKS`` (sparse and dense for
     every input, then ColBERT for every input), as arrays."""
     n = len(pooled) // 2
-    token_ids, token_lengths = _concatenated(token_lists[:n])
-    value_lengths = np.fromiter((len(p) for p in pooled[:n]), dtype=np.int64, count=n)
-    values = _as_float32(pooled[:n])
+    token_ids, token_lengths, values, value_lengths = _flattened(token_lists[:n], pooled[:n])
     ids, weights, n_weights, dense_starts = split_pooled_outputs(
         token_ids,
         token_lengths,
@@ -121,9 +119,7 @@ def _sparse_and_dense(
     """Each output's sparse entries and dense vector, as the request asks
     (None where it does not)."""
     n = len(pooled)
-    token_ids, token_lengths = _concatenated(token_lists)
-    value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=n)
-    values = _as_float32(pooled)
+    token_ids, token_lengths, values, value_lengths = _flattened(token_lists, pooled)
     dense_size = model.hidden_size if pooling_task in GIVES_DENSE else 0
     sparse: list[SparseEmbedding | None] = [None] * n
     dense: list[list[float] | None] = [None] * n
@@ -167,11 +163,15 @@ def _sparse_entries(
     ]
 
 
-def _concatenated(token_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """All the prompts' token ids in one array, and each prompt's count."""
+def _flattened(
+    token_lists: Sequence[Sequence[int]], pooled: Sequence[Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All the prompts' token ids in one array and each prompt's count; all
+    the outputs' data in one float32 array and each output's length."""
     lengths = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
     ids = np.fromiter(chain.from_iterable(token_lists), dtype=np.int64, count=int(lengths.sum()))
-    return ids, lengths
+    value_lengths = np.fromiter((len(p) for p in pooled), dtype=np.int64, count=len(pooled))
+    return ids, lengths, _as_float32(pooled), value_lengths
 
 
 def _as_matrix(data: Any) -> np.ndarray:

@@ -122,7 +122,7 @@ def pair_scores(
         q_part, p_part = slice(bounds[q], bounds[q + 1]), slice(bounds[p], bounds[p + 1])
         scores.append(
             m3_scores(
-                float(dense[q] @ dense[p]),
+                dense_score(dense[q], dense[p]),
                 _lexical_score(ids[q_part], values[q_part], ids[p_part], values[p_part]),
                 colbert_score(colbert[q], colbert[p]),
                 weights,
