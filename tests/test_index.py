@@ -18,6 +18,7 @@ from .support.corpus import (
     BAD_JSONL_LINES,
     ROWS_PER_SHARD,
     index_cmd,
+    job_of,
     read_output,
     run,
     shard_stats,
@@ -158,26 +159,6 @@ def test_killed_run_resumes_without_loss_or_duplicates(first_run, model_dir, cor
     )
 
 
-def _job_of(model_dir, rows):
-    """The job of one JSONL file, in shards of 10 rows, on the tests' model."""
-    from bge_m3_sparse_plugin.index._job import Job
-    from bge_m3_sparse_plugin.index._types import EncodeOptions
-
-    return Job(
-        model=str(model_dir),
-        inputs=[str(rows)],
-        input_sizes=[rows.stat().st_size],
-        id_column="id",
-        text_column="text",
-        rows_per_shard=10,
-        options=EncodeOptions(),
-        dtype="float32",
-        max_model_len=None,
-        plugin_version="0",
-        vllm_version=None,
-    )
-
-
 def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, tmp_path):
     """A sink that fails its first load fails the run after the engine started:
     the engine's processes must be gone when run_job returns (by raising), not
@@ -193,11 +174,11 @@ def test_a_run_that_fails_after_the_engine_started_stops_the_engine(model_dir, t
     rows.write_text(
         "".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(5))
     )
-    job = _job_of(model_dir, rows)
+    job = job_of(str(model_dir), [rows], rows_per_shard=10)
     made: list[Encoder] = []
 
     def make_encoder() -> Encoder:
-        made.append(Encoder(str(model_dir), EncodeOptions(), EngineSettings(dtype="float32")))
+        made.append(Encoder.start(str(model_dir), EncodeOptions(), EngineSettings(dtype="float32")))
         return made[-1]
 
     class FailingSink:
@@ -252,7 +233,7 @@ def test_a_sink_that_cannot_be_opened_stops_the_job_before_any_engine_starts(mod
 
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"id": "a", "text": "text"}) + "\n")
-    job = _job_of(model_dir, rows)
+    job = job_of(str(model_dir), [rows], rows_per_shard=10)
     made = []
 
     def unreachable_sink():

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bge_m3_sparse_plugin import OutputMismatch
+from bge_m3_sparse_plugin.index._job import DUPLICATE_ID, Vector, collect
 from bge_m3_sparse_plugin.index._local import shards_of
 from bge_m3_sparse_plugin.index._output import (
     ERRORS,
@@ -27,6 +28,7 @@ from bge_m3_sparse_plugin.index._reader import (
     Row,
     check_text,
     count_rows,
+    id_base,
     read_rows,
     resolve_inputs,
 )
@@ -60,16 +62,107 @@ def test_csv_rows_with_quoted_newlines_and_other_columns(tmp_path):
         ("1", "one, with a comma", 0, None),
         ("2", "two\nlines", 1, None),
         ("docs.csv:2", "no id", 2, None),
-        ("docs.csv:3", None, 3, "undecodable bytes: invalid continuation byte at byte 5"),
+        ("3", None, 3, "the 'text' holds bytes that are not UTF-8 (0xe9 at character 3)"),
     ]
     assert count_rows([path]) == 4
     assert rows_of(path, text_column="body")[0] == ("1", None, 0, "no 'body' column")
+
+
+def test_csv_quotes_inside_fields_are_read_as_the_csv_module_reads_them(tmp_path):
+    """Unquoted fields holding a quote (inches): every row read, none joined."""
+    path = tmp_path / "screens.csv"
+    path.write_bytes(b'id,text\n1,a 5" screen\n2,a 10" screen\n3,plain\n')
+    assert rows_of(path) == [
+        ("1", 'a 5" screen', 0, None),
+        ("2", 'a 10" screen', 1, None),
+        ("3", "plain", 2, None),
+    ]
+    assert count_rows([path]) == 3
+
+
+def test_csv_with_a_bom_crlf_doubled_quotes_and_a_short_row(tmp_path):
+    path = tmp_path / "excel.csv"
+    path.write_bytes(
+        b'\xef\xbb\xbfid,text,extra\r\n1,"say ""hi""\r\nthen go",x\r\n\r\n2\r\n3,"",y\r\n'
+    )
+    assert rows_of(path) == [
+        ("1", 'say "hi"\r\nthen go', 0, None),
+        ("2", None, 1, "no 'text' field"),
+        ("3", "", 2, None),
+    ]
+    assert count_rows([path]) == 3
+
+
+def test_jsonl_with_a_bom_crlf_and_lone_surrogates(tmp_path):
+    """A BOM is not a bad first row; a lone surrogate (a JSON escape) makes a
+    bad row: in the text, under the row's id; in the id, under FILE:ROW."""
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(
+        b'\xef\xbb\xbf{"id": "a", "text": "first"}\r\n'
+        b'{"id": "b", "text": "half \\ud83d of an emoji"}\r\n'
+        b'{"id": "\\udfff", "text": "fine"}\r\n'
+    )
+    rows = list(read_rows([path]))
+    surrogate = "a lone surrogate (U+{} at character {}), not Unicode text"
+    assert [(r.id, r.text, r.row, r.problem) for r in rows] == [
+        ("a", "first", 0, None),
+        ("b", None, 1, "the 'text' holds " + surrogate.format("D83D", 5)),
+        ("docs.jsonl:2", None, 2, "the 'id' holds " + surrogate.format("DFFF", 0)),
+    ]
+    assert check_text("half \ud83d") == "the text holds " + surrogate.format("D83D", 5)
+    assert count_rows([path]) == 3
+
+
+def test_rows_without_ids_are_named_by_their_path_from_the_inputs_folder(tmp_path):
+    """Two files of one name in two folders: distinct ids; one file: its name."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "data.jsonl").write_text('{"text": "x"}\n{"text": "y"}\n')
+    files = resolve_inputs([str(tmp_path)])
+    assert [r.id for r in read_rows(files, base=id_base(files))] == [
+        "a/data.jsonl:0",
+        "a/data.jsonl:1",
+        "b/data.jsonl:0",
+        "b/data.jsonl:1",
+    ]
+    one = [tmp_path / "b" / "data.jsonl"]
+    assert [r.id for r in read_rows(one, base=id_base(one))] == ["data.jsonl:0", "data.jsonl:1"]
+
+
+def test_the_jobs_own_output_is_never_an_input(tmp_path):
+    """OUTPUT inside an INPUT folder: its shards, manifest and error log are
+    skipped by the folder and by a glob; a file of it named alone is refused."""
+    (tmp_path / "data.jsonl").write_text('{"text": "x"}\n')
+    out = tmp_path / "vectors"
+    out.mkdir()
+    for name in ("part-00000.parquet", "_manifest.json", "_errors.jsonl"):
+        (out / name).write_text("")
+    assert resolve_inputs([str(tmp_path)], out) == [tmp_path / "data.jsonl"]
+    assert resolve_inputs([str(tmp_path / "**" / "*.json*")], out) == [tmp_path / "data.jsonl"]
+    with pytest.raises(ValueError, match="a file of the output folder cannot be an input"):
+        resolve_inputs([str(out / "_errors.jsonl")], out)
+    with pytest.raises(ValueError, match="this is the output folder"):
+        resolve_inputs([str(out)], out)
 
 
 def test_parquet_rows_and_a_missing_text_column(tmp_path):
     path = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"id": ["a", None], "text": ["x", None]}), path)
     assert rows_of(path) == [("a", "x", 0, None), ("docs.parquet:1", None, 1, None)]
+    # A string column that is not UTF-8 (a writer that did not check): that row only.
+    raw = tmp_path / "raw.parquet"
+    texts = pa.array([b"ok", b"caf\xe9", b"fine"], pa.binary()).view(pa.string())
+    pq.write_table(pa.table({"text": texts}), raw)
+    assert rows_of(raw) == [
+        ("raw.parquet:0", "ok", 0, None),
+        (
+            "raw.parquet:1",
+            None,
+            1,
+            "the 'text' holds bytes that are not UTF-8 (0xe9 at character 3)",
+        ),
+        ("raw.parquet:2", "fine", 2, None),
+    ]
     assert rows_of(path, text_column="body") == [
         ("a", None, 0, "no 'body' column"),
         ("docs.parquet:1", None, 1, "no 'body' column"),
@@ -137,6 +230,76 @@ def test_errors_of_unfinished_shards_are_dropped_on_resume(tmp_path):
     assert (tmp_path / ERRORS).read_text() == json.dumps(
         {"id": "a", "shard": "part-00000.parquet"}
     ) + "\n"
+
+
+def test_a_torn_last_line_of_the_error_log_is_dropped_and_the_log_goes_on(tmp_path):
+    """A crash in the middle of append_errors leaves half a line: later runs
+    read the log, drop that line, and append after it cleanly."""
+    append_errors(tmp_path, [{"id": "a", "shard": "part-00000.parquet"}])
+    with open(tmp_path / ERRORS, "a") as f:
+        f.write('{"id": "b", "sha')
+    assert read_errors(tmp_path) == [{"id": "a", "shard": "part-00000.parquet"}]
+    keep_errors(tmp_path, ["part-00000.parquet"])
+    append_errors(tmp_path, [{"id": "c", "shard": "part-00001.parquet"}])
+    assert read_errors(tmp_path) == [
+        {"id": "a", "shard": "part-00000.parquet"},
+        {"id": "c", "shard": "part-00001.parquet"},
+    ]
+
+
+def test_a_file_edited_in_place_to_the_same_size_is_another_jobs_input(tmp_path):
+    """Size and modification time, as make and rsync compare: the refusal names the file."""
+    job = {
+        "model": "m",
+        "inputs": ["/data/a.jsonl", "/data/b.jsonl"],
+        "input_sizes": [10, 20],
+        "input_mtimes": [1_700_000_000_000_000_000, 1_700_000_000_000_000_000],
+    }
+    Manifest.open(tmp_path, job).save(tmp_path)
+    edited = {**job, "input_mtimes": [1_700_000_000_000_000_000, 1_700_000_000_500_000_000]}
+    with pytest.raises(OutputMismatch) as info:
+        Manifest.open(tmp_path, edited)
+    assert str(info.value) == (
+        f"{tmp_path} holds the output of another job (/data/b.jsonl changed since it was read: "
+        "size 20 then, 20 now, modified 2023-11-14T22:13:20.000000Z then, "
+        "2023-11-14T22:13:20.500000Z now). Its shards hold what the inputs held then; to index "
+        f"them as they are now, start fresh: remove the folder (rm -r {tmp_path}) or give "
+        "another OUTPUT"
+    )
+
+
+def test_an_output_of_another_format_is_refused_not_resumed(tmp_path):
+    """Format 1 read CSV by hand and named rows by their file's name alone:
+    its shards may hold other rows and ids than this version writes."""
+    job = {"model": "m", "top_k": None}
+    body = {"format": 1, "job": job, "shards": {"part-00000.parquet": {"rows": 3}}}
+    (tmp_path / "_manifest.json").write_text(json.dumps(body))
+    with pytest.raises(OutputMismatch, match="holds output of format 1, written by another"):
+        Manifest.open(tmp_path, job)
+    assert json.loads((tmp_path / "_manifest.json").read_text()) == body
+
+
+def _vector(n: int) -> Vector:
+    return Vector(num_tokens=n, indices=[n], values=[1.0])
+
+
+def test_a_duplicate_id_is_reported_and_the_first_row_kept():
+    """Within a shard and against the ids indexed before (earlier shards and
+    runs); a bad row does not claim its id."""
+    names = ["a", "b", "a", "c", "c", "old", "b"]
+    rows = [Row(i, "t", "f.jsonl", n) for n, i in enumerate(names)]
+    results: list = [_vector(n) for n in range(len(names))]
+    results[1] = "the text is empty"
+    ids = {"old"}
+    shard, errors = collect(rows, results, "part-00001.parquet", False, ids)
+    assert (shard.ids, shard.num_tokens) == (["a", "c", "b"], [0, 3, 6])
+    assert [(e["id"], e["row"], e["reason"]) for e in errors] == [
+        ("b", 1, "the text is empty"),
+        ("a", 2, DUPLICATE_ID),
+        ("c", 4, DUPLICATE_ID),
+        ("old", 5, DUPLICATE_ID),
+    ]
+    assert ids == {"old", "a", "b", "c"}
 
 
 def test_shard_columns_and_types(tmp_path):

@@ -7,6 +7,8 @@ server on a Unix socket in the test's own folder; the test stops it.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,9 +18,10 @@ import pytest
 
 from bge_m3_sparse_plugin import SinkError
 from bge_m3_sparse_plugin._scores import lexical_matching_score
+from bge_m3_sparse_plugin.index._output import ShardRows
 from bge_m3_sparse_plugin.index._sinks import open_reporting_sink, parse_sink, sparse_hnsw
 
-from .support.corpus import index_cmd, read_output, run, shard_rows
+from .support.corpus import ROWS_PER_SHARD, index_cmd, read_output, run, shard_rows
 from .support.postgres import rows_of
 
 pytestmark = pytest.mark.engine
@@ -128,6 +131,107 @@ def test_a_table_of_another_shape_is_refused_and_left_alone(postgres):
         open_reporting_sink(parse_sink(postgres, "other"), None, VOCAB)
     with psycopg.connect(postgres) as conn:
         assert conn.execute("SELECT * FROM other").fetchall() == [("a", "kept")]
+
+
+@pytest.mark.parametrize("table", ["order", "user", "t" * 51])
+def test_a_reserved_word_or_a_long_name_loads_and_gets_its_index(postgres, table):
+    """Opened twice (the second finds the table), loaded twice, its index
+    built under the full name: every name is quoted, none cut."""
+    rows = ShardRows(
+        ids=["a", "b"],
+        indices=[[1, 5], []],
+        values=[[0.5, 0.25], []],
+        num_tokens=[3, 2],
+        dense=[[1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]],
+    )
+    for _ in range(2):
+        sink = open_reporting_sink(parse_sink(postgres, table), 4, VOCAB, top_k=8)
+        sink.upsert(rows)
+        sink.finish()
+        sink.close()
+    assert rows_of(postgres, table) == {"a": {1: 0.5, 5: 0.25}, "b": {}}
+    assert indexes_of(postgres, table) == [f"{table}_pkey", f"{table}_sparse_hnsw"]
+
+
+CANARY = "Canary7q"
+
+
+def _waiting_index_build(uri: str) -> int | None:
+    """The server process of a CREATE INDEX that waits for a lock, if one does."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE query LIKE 'CREATE INDEX%%' "
+            "AND wait_event_type = 'Lock'"
+        ).fetchone()
+    return found[0] if found else None
+
+
+def test_a_run_killed_while_the_index_builds_is_finished_by_the_next_and_no_secret_is_written(
+    postgres, model_dir, corpus, tmp_path
+):
+    """SIGKILL the command while PostgreSQL builds the HNSW index, after
+    every shard is recorded: the next run loads no shard again, starts no
+    engine, builds the index, and says so. The URI holds a password (the
+    server trusts the socket, so it is never checked): it is in nothing the
+    two runs print or write."""
+    import psycopg
+
+    secret_uri = postgres.replace("postgres:@", f"postgres:{CANARY}@", 1)
+    assert CANARY in secret_uri
+    out = tmp_path / "vectors"
+    cmd = index_cmd(
+        model_dir,
+        corpus,
+        out,
+        "--top-k",
+        "8",
+        "--sink",
+        secret_uri,
+        "--collection",
+        "halted",
+        "--allow-errors",
+        "--no-progress",
+    )
+    with psycopg.connect(postgres) as holder:
+        holder.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        holder.execute(f"CREATE TABLE halted (id text PRIMARY KEY, sparse sparsevec({VOCAB}))")
+        holder.commit()
+        # Rows may go in (ROW EXCLUSIVE); CREATE INDEX (SHARE) waits for it.
+        holder.execute("LOCK TABLE halted IN ROW EXCLUSIVE MODE")
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        deadline = time.monotonic() + 300
+        while (backend := _waiting_index_build(postgres)) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL)
+        first = proc.communicate()
+        # The server ends the dead client's session, as its keepalive would.
+        with psycopg.connect(postgres, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        holder.rollback()
+    manifest = json.loads((out / "_manifest.json").read_text())
+    shards = -(-corpus["rows"] // ROWS_PER_SHARD)
+    assert (len(manifest["shards"]), manifest["sink_finished"]) == (shards, False)
+    assert indexes_of(postgres, "halted") == ["halted_pkey"]
+    loaded = rows_of(postgres, "halted")
+    again = run(cmd)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"0 shards written, {shards} already done" in again.stdout
+    assert "engine start" not in again.stdout
+    assert "; finished here: an earlier run stopped before it was" in again.stdout
+    assert indexes_of(postgres, "halted") == ["halted_pkey", "halted_sparse_hnsw"]
+    assert rows_of(postgres, "halted") == loaded
+    manifest = json.loads((out / "_manifest.json").read_text())
+    assert manifest["sink_finished"] is True
+    assert "postgres:***@" in manifest["job"]["sink"]
+    printed = [*first, again.stdout, again.stderr]
+    assert not [text for text in printed if CANARY in text]
+    written = [p for p in out.rglob("*") if p.is_file() and CANARY.encode() in p.read_bytes()]
+    assert not written
 
 
 def _pg_ctl(server, *args: str) -> None:

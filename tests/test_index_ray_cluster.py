@@ -17,6 +17,9 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+from bge_m3_sparse_plugin._config import DEFAULT_CORE_SLOTS
+from bge_m3_sparse_plugin.index._ray import claim_core_slot
+
 from .support.corpus import index_cmd, read_output, shard_stats, texts
 from .support.postgres import rows_of
 from .support.ray_cluster import TwoNodeCluster
@@ -142,14 +145,26 @@ def test_two_nodes_give_the_single_machine_rows_and_load_postgres(
         assert loaded[rid] == pytest.approx(weights, rel=1e-6), rid
 
 
+@pytest.fixture
+def another_job_holds_every_core():
+    """Another index job on this machine, under the default name, holds
+    every core range while the test runs."""
+    held = [claim_core_slot(1, DEFAULT_CORE_SLOTS)[1] for _ in range(os.cpu_count() or 1)]
+    yield
+    for holder in held:
+        if holder is not None:
+            holder.close()
+
+
 def test_a_replica_killed_while_it_works_loses_and_repeats_no_row(
-    cluster, big_corpus, model_dir, tmp_path
+    cluster, big_corpus, model_dir, tmp_path, another_job_holds_every_core
 ):
     """SIGKILL one replica (its Ray actor's process) once a shard is recorded.
     Ray restarts the actor and retries its batches, so the job finishes by
     itself; had it not, a re-run would. Either way each row is in the shards
     once, no recorded shard is rewritten, the replicas ran on both nodes on
-    different cores, and the killed replica's vLLM engine is gone too."""
+    different cores (claimed under the cluster's own name, whatever another
+    job on the machine holds), and the killed replica's vLLM engine is gone too."""
     out = tmp_path / "vectors"
     cmd = big_cmd(model_dir, big_corpus, out, cluster)
     proc = start_and_wait_for_a_shard(cmd, cluster, out)

@@ -15,7 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from bge_m3_sparse_plugin._scores import lexical_matching_score
-from bge_m3_sparse_plugin.index._sinks import SPARSE_FIELD, SinkSpec, open_sink, parse_sink
+from bge_m3_sparse_plugin.index._output import ShardRows
+from bge_m3_sparse_plugin.index._sinks import (
+    DENSE_FIELD,
+    SPARSE_FIELD,
+    SinkSpec,
+    open_sink,
+    parse_sink,
+)
 
 from .support.corpus import shard_rows
 
@@ -76,8 +83,9 @@ def test_a_shard_loaded_twice_leaves_each_point_once(loaded):
     ids = {rid for shard in rows for rid in shard.ids}
     with_weights = {rid for shard in rows for rid, ind in zip(shard.ids, shard.indices) if ind}
     assert len(ids) == sum(len(shard.ids) for shard in rows) > len(with_weights)
-    # Milvus refuses a sparse vector with no entry, so such rows stay in the shards only.
-    assert count(kind, sink) == len(with_weights if kind == "milvus-lite" else ids)
+    # Every row, those whose sparse vector is empty too (Milvus refuses an
+    # empty one: the sink stores a weight at an index no query holds).
+    assert count(kind, sink) == len(ids)
 
 
 def test_a_documents_own_vector_finds_it_first(loaded):
@@ -99,12 +107,59 @@ def test_a_documents_own_vector_finds_it_first(loaded):
         assert sparse_search(kind, sink, docs[rid]["indices"], docs[rid]["values"], 3)[0] == rid
 
 
+def test_milvus_keeps_a_row_whose_sparse_vector_is_empty_with_its_dense_vector(tmp_path):
+    """Found by its dense vector, and by no sparse query: as an empty vector scores."""
+    sink = open_sink(SinkSpec("milvus-lite", str(tmp_path / "m.db"), "docs"), dense_size=2)
+    try:
+        sink.upsert(
+            ShardRows(
+                ids=["empty", "words"],
+                indices=[[], [3, 7]],
+                values=[[], [0.5, 0.25]],
+                num_tokens=[3, 4],
+                dense=[[1.0, 0.0], [0.0, 1.0]],
+            )
+        )
+        assert count("milvus-lite", sink) == 2
+        dense_hits = sink.client.search(
+            "docs", data=[[1.0, 0.0]], anns_field=DENSE_FIELD, limit=1, output_fields=["id"]
+        )[0]
+        assert [hit["id"] for hit in dense_hits] == ["empty"]
+        # A query's tokens are ids of bge-m3's vocabulary (250,002 of them).
+        query = [0, 3, 7, 1000, 250_001]
+        assert sparse_search("milvus-lite", sink, query, [1.0] * len(query), 5) == ["words"]
+    finally:
+        sink.close()
+
+
 def test_sink_spec_is_checked():
     assert parse_sink("qdrant:http://127.0.0.1:6333", "c") == SinkSpec(
         "qdrant", "http://127.0.0.1:6333", "c"
     )
     with pytest.raises(ValueError, match="give milvus-lite:PATH, milvus:URI, qdrant:PATH"):
         parse_sink("pinecone:x", "c")
+
+
+@pytest.mark.parametrize("name", ["order", "user", "select", "Table", "t" * 51, "ü" * 25])
+def test_a_postgres_table_name_is_taken_when_postgresql_keeps_it_whole(name):
+    """Reserved words too (the sink quotes every name); at most 63 bytes with
+    the index's suffix, '_sparse_hnsw' (12 bytes)."""
+    assert parse_sink("postgresql://u@h/db", name).collection == name.lower()
+
+
+@pytest.mark.parametrize(
+    "name,says",
+    [
+        ("t" * 52, "52 bytes; PostgreSQL cuts names at 63 bytes"),
+        ("ü" * 26, "52 bytes; PostgreSQL cuts names at 63 bytes"),
+        ("1st", "letters, digits and underscores"),
+        ("a-b", "letters, digits and underscores"),
+        ('a"; DROP TABLE x; --', "letters, digits and underscores"),
+    ],
+)
+def test_a_postgres_table_name_postgresql_would_cut_or_misread_is_refused(name, says):
+    with pytest.raises(ValueError, match=says):
+        parse_sink("postgresql://u@h/db", name)
 
 
 def test_the_command_loads_qdrant_with_dense(model_dir, corpus, tmp_path):

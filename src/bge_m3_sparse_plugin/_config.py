@@ -14,7 +14,9 @@ from typing import Any
 __all__ = [
     "ADAPTER_BATCH_SIZE",
     "ANY_VLLM_ENV",
+    "CORE_SLOTS_ENV",
     "DEFAULT_BASE_URL",
+    "DEFAULT_CORE_SLOTS",
     "DEFAULT_MAX_CHARS",
     "DEFAULT_MAX_COLBERT_VALUES",
     "DEFAULT_MAX_INPUTS",
@@ -73,6 +75,10 @@ MAX_INPUTS_ENV = "BGE_M3_SPARSE_MAX_INPUTS"
 MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
 MAX_COLBERT_VALUES_ENV = "BGE_M3_SPARSE_MAX_COLBERT_VALUES"
+CORE_SLOTS_ENV = "BGE_M3_SPARSE_CORE_SLOTS"
+# The name under which Ray replicas claim core ranges on a machine
+# (index/_ray.py, claim_core_slot); jobs of another name claim apart.
+DEFAULT_CORE_SLOTS = "bge-m3-sparse-cores"
 # Texts per request; and for a score, pairs or documents per request.
 DEFAULT_MAX_INPUTS = 1024
 # Characters of text in one request. Tokenizing them is the cost the plugin
@@ -108,6 +114,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         "requests in flight per API-server process; past it, a 503",
     ),
     ANY_VLLM_ENV: ("unset", f"1: load the plugin on a vLLM outside {vllm_range()} anyway"),
+    CORE_SLOTS_ENV: (
+        DEFAULT_CORE_SLOTS,
+        "the name under which the index command's Ray replicas claim cores on a machine; "
+        "replicas of another name (a job that must not share cores) claim apart",
+    ),
     "PYTHONWARNINGS": (
         "a filter of vLLM's torch deprecation warning, in bge-m3-sparse index",
         "Python's own; the index command sets it unless it is set or --verbose is given",

@@ -70,6 +70,27 @@ def make_corpus(folder: Path) -> dict:
     }
 
 
+def job_of(model: str, files: list[Path], rows_per_shard: int):
+    """The job `bge-m3-sparse index FILES OUT --model MODEL --dtype float32` runs."""
+    from bge_m3_sparse_plugin.index._job import Job
+    from bge_m3_sparse_plugin.index._types import EncodeOptions
+
+    return Job(
+        model=model,
+        inputs=[str(f.resolve()) for f in files],
+        input_sizes=[f.stat().st_size for f in files],
+        input_mtimes=[f.stat().st_mtime_ns for f in files],
+        id_column="id",
+        text_column="text",
+        rows_per_shard=rows_per_shard,
+        options=EncodeOptions(),
+        dtype="float32",
+        max_model_len=None,
+        plugin_version="0",
+        vllm_version=None,
+    )
+
+
 def index_cmd(
     model_dir: Path,
     corpus: dict | Path,

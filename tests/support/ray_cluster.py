@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from bge_m3_sparse_plugin._config import CORE_SLOTS_ENV, DEFAULT_CORE_SLOTS
+
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
@@ -41,6 +43,9 @@ class TwoNodeCluster:
         # The command and `ray start` share a home (Ray's auth token) and no RAY_* of the shell.
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         self.env["HOME"] = str(self.home)
+        # Its replicas claim cores under a name of their own: another index
+        # job on this machine (another test run, a user's) holds its own.
+        self.env[CORE_SLOTS_ENV] = f"{DEFAULT_CORE_SLOTS}-{self.folder.name}"
 
     def start(self) -> None:
         common = ["--num-cpus=1", "--disable-usage-stats"]

@@ -227,7 +227,7 @@ def _backend(args: argparse.Namespace, job: Job, files: list[Path], settings: An
     from ._reader import count_rows
 
     def make_encoder() -> Encoder:
-        return Encoder(job.model, job.options, settings)
+        return Encoder.start(job.model, job.options, settings)
 
     return LocalBackend(job, files, make_encoder, args.batch_size), count_rows(files)
 
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     *inputs, out = args.paths
     output = Path(out)
     try:
-        files = resolve_inputs(inputs)
+        files = resolve_inputs(inputs, output)
         sink = parse_sink(args.sink, args.collection) if args.sink is not None else None
     except ValueError as exc:
         parser.error(str(exc))
@@ -287,7 +287,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for line in backend.describe():
         print(line)
     if sink is not None:
-        print(f"loaded into {sink.describe()}")
+        finished_here = summary.sink_finished and not summary.shards_done
+        print(
+            f"loaded into {sink.describe()}"
+            + ("; finished here: an earlier run stopped before it was" if finished_here else "")
+        )
     return 1 if summary.totals["errors"] and not args.allow_errors else 0
 
 
@@ -314,6 +318,7 @@ def _job(
         model=model,
         inputs=[str(f.resolve()) for f in files],
         input_sizes=[f.stat().st_size for f in files],
+        input_mtimes=[f.stat().st_mtime_ns for f in files],
         id_column=args.id_column,
         text_column=args.text_column,
         rows_per_shard=args.rows_per_shard,

@@ -21,9 +21,24 @@ __all__ = ["Encoder"]
 
 
 class Encoder:
-    """Holds the engine; :meth:`encode` takes texts, returns vectors and errors."""
+    """Holds the engine; :meth:`encode` takes token ids, returns vectors."""
 
-    def __init__(self, model: str, options: EncodeOptions, settings: EngineSettings) -> None:
+    def __init__(self, llm: Any, options: EncodeOptions, owns_engine: bool = False) -> None:
+        """An encoder on ``llm``, a ``vllm.LLM`` with the plugin; :meth:`close`
+        stops the engine only when ``owns_engine`` (:meth:`start` made it)."""
+        self.llm, self.owns_engine = llm, owns_engine
+        self.tokenizer = llm.get_tokenizer()
+        self.max_tokens = max_tokens(llm.llm_engine.model_config)
+        if options.truncate is not None and options.truncate > self.max_tokens:
+            raise ValueError(
+                f"--truncate {options.truncate} is more than this model takes ({self.max_tokens} "
+                "tokens, special tokens included)"
+            )
+        self.options = options
+
+    @classmethod
+    def start(cls, model: str, options: EncodeOptions, settings: EngineSettings) -> Encoder:
+        """An engine of its own for ``model``, stopped by :meth:`close`."""
         gpu = on_gpu()
         if not gpu:
             # Before vLLM starts: its engine process inherits them. A Ray
@@ -41,15 +56,12 @@ class Encoder:
             max_model_len=settings.max_model_len,
             max_num_batched_tokens=settings.max_num_batched_tokens,
         )
-        self.llm = LLM(**kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.max_tokens = max_tokens(self.llm.llm_engine.model_config)
-        if options.truncate is not None and options.truncate > self.max_tokens:
-            raise ValueError(
-                f"--truncate {options.truncate} is more than this model takes ({self.max_tokens} "
-                "tokens, special tokens included)"
-            )
-        self.options = options
+        llm = LLM(**kwargs)
+        try:
+            return cls(llm, options, owns_engine=True)
+        except BaseException:
+            llm.llm_engine.engine_core.shutdown()
+            raise
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
         return tokenize(self.tokenizer, texts, self.options.truncate)
@@ -77,4 +89,5 @@ class Encoder:
     def close(self) -> None:
         # vLLM's own shutdown waits for its engine process before it kills it:
         # a kill sooner leaves a "leaked shared_memory" warning.
-        self.llm.llm_engine.engine_core.shutdown()
+        if self.owns_engine:
+            self.llm.llm_engine.engine_core.shutdown()

@@ -20,6 +20,7 @@ from ._output import (
     Manifest,
     ShardRows,
     append_errors,
+    indexed_ids,
     keep_errors,
     shard_index,
     shard_name,
@@ -30,6 +31,7 @@ from ._sinks import Sink
 from ._types import Encoded, EncodeOptions
 
 __all__ = [
+    "DUPLICATE_ID",
     "Backend",
     "Job",
     "Progress",
@@ -60,6 +62,9 @@ class Job:
     model: str
     inputs: list[str]
     input_sizes: list[int]
+    # Nanoseconds, as os.stat gives them: with the size, what make and rsync
+    # compare; a file edited in place is another job's input.
+    input_mtimes: list[int]
     id_column: str
     text_column: str
     rows_per_shard: int
@@ -86,7 +91,13 @@ class Summary:
     shards_skipped: int = 0
     seconds: float = 0.0  # the job's, after the engine started
     engine_seconds: float = 0.0
+    sink_finished: bool = False  # this run finished the sink (built its index)
     totals: dict[str, int] = field(default_factory=dict)  # the whole output, earlier runs included
+
+
+# Why a row whose id an earlier row has is not indexed: the first row with an
+# id, in input order, is the one indexed (docs/index.md, "Ids").
+DUPLICATE_ID = "duplicate id: an earlier row has this id, and only the first is indexed"
 
 
 def _error(row: Row, shard: str, reason: str) -> dict[str, Any]:
@@ -130,15 +141,21 @@ def encode_rows(encoder: EncoderLike, rows: list[Row]) -> list[Vector | str]:
 
 
 def collect(
-    rows: list[Row], results: list[Vector | str], shard: str, dense: bool
+    rows: list[Row], results: list[Vector | str], shard: str, dense: bool, ids: set[str]
 ) -> tuple[ShardRows, list[dict[str, Any]]]:
-    """A shard's columns (its good rows, in input order) and its errors (in input order)."""
+    """A shard's columns (its good rows, in input order) and its errors (in input order).
+
+    ``ids`` holds the ids indexed so far (earlier shards, earlier runs): a
+    row whose id is there is a duplicate, reported, never written over the
+    first. The good rows' ids are added to it.
+    """
     out = ShardRows(dense=[] if dense else None)
     errors: list[dict[str, Any]] = []
     for row, result in zip(rows, results, strict=True):
-        if isinstance(result, str):
-            errors.append(_error(row, shard, result))
+        if isinstance(result, str) or row.id in ids:
+            errors.append(_error(row, shard, result if isinstance(result, str) else DUPLICATE_ID))
             continue
+        ids.add(row.id)
         out.ids.append(row.id)
         out.num_tokens.append(result.num_tokens)
         out.indices.append(result.indices)
@@ -189,8 +206,9 @@ class ShardWriter:
             self.progress.advance(rows, summary)
 
     def finish(self) -> None:
-        if not self.manifest.shards:
-            self.manifest.save(self.output)  # an empty corpus still leaves a manifest
+        # Saved again: an empty corpus still leaves a manifest, and a sink
+        # that finished is recorded as such.
+        self.manifest.save(self.output)
         self.summary.totals = self.manifest.totals()
 
 
@@ -266,16 +284,23 @@ def run_job(
             progress.start()
         ready_at.append(at)
 
-    # A finished job opens no sink and asks no backend (no Ray, no engine).
-    work = len(done) < -(-total_rows // job.rows_per_shard)
-    sink = open_sink() if open_sink is not None and work else None
+    # A finished job opens no sink and asks no backend (no Ray, no engine). A
+    # job whose shards are all recorded but whose sink did not finish (a run
+    # stopped while PostgreSQL built its index) opens the sink to finish it.
+    shards_left = len(done) < -(-total_rows // job.rows_per_shard)
+    sink_left = open_sink is not None and not manifest.sink_finished
+    sink = open_sink() if open_sink is not None and (shards_left or sink_left) else None
     try:
         writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
         finished_at = started_at
-        if work:
-            finished_at = _write_shards(job, backend.shards(done, ready), writer) or started_at
-            if sink is not None:  # every shard loaded: what is built once (an index)
-                sink.finish()
+        if shards_left:
+            ids = indexed_ids(output, manifest.shards)
+            shards = backend.shards(done, ready)
+            finished_at = _write_shards(job, shards, writer, ids) or started_at
+        if sink is not None:  # every shard loaded: what is built once (an index)
+            sink.finish()
+            manifest.sink_finished = True
+            summary.sink_finished = True
         writer.finish()
     finally:
         if sink is not None:
@@ -287,14 +312,14 @@ def run_job(
 
 
 def _write_shards(
-    job: Job, shards: Generator[ShardResults, None, None], writer: ShardWriter
+    job: Job, shards: Generator[ShardResults, None, None], writer: ShardWriter, ids: set[str]
 ) -> float | None:
     """Write each shard the backend yields; the time the last one was recorded."""
     finished_at = None
     with closing(shards):
         for index, rows, results in shards:
             name = shard_name(index)
-            shard, errors = collect(rows, results, name, job.options.dense)
+            shard, errors = collect(rows, results, name, job.options.dense, ids)
             writer.write(name, len(rows), shard, errors)
             # The job's time ends with the last shard recorded: the engines'
             # shutdown (which the backend runs as its last shard is taken) is

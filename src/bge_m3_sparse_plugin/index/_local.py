@@ -8,7 +8,7 @@ from itertools import islice
 from pathlib import Path
 
 from ._job import EncoderLike, Job, ShardResults, Vector, encode_rows
-from ._reader import Row, read_rows
+from ._reader import Row, id_base, read_rows
 
 __all__ = ["LocalBackend", "shards_of"]
 
@@ -42,7 +42,7 @@ class LocalBackend:
     ) -> Generator[ShardResults, None, None]:
         job = self.job
         encoder: EncoderLike | None = None
-        rows = read_rows(self.files, job.id_column, job.text_column)
+        rows = read_rows(self.files, job.id_column, job.text_column, id_base(self.files))
         try:
             for index, chunk in shards_of(rows, job.rows_per_shard):
                 if index in done:

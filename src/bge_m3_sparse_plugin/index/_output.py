@@ -23,6 +23,7 @@ __all__ = [
     "Manifest",
     "ShardRows",
     "append_errors",
+    "indexed_ids",
     "keep_errors",
     "read_errors",
     "shard_index",
@@ -33,7 +34,9 @@ __all__ = [
 
 MANIFEST = "_manifest.json"
 ERRORS = "_errors.jsonl"
-FORMAT_VERSION = 1
+# 2: inputs recorded with their modification times, the sink's finish
+# recorded, duplicate ids reported, FILE:ROW ids from the inputs' folder.
+FORMAT_VERSION = 2
 
 
 def shard_name(index: int) -> str:
@@ -51,6 +54,10 @@ class Manifest:
 
     job: dict[str, Any]
     shards: dict[str, dict[str, int]] = field(default_factory=dict)
+    # The job's sink has loaded every shard and built what it builds once: a
+    # job is finished when every shard is recorded and this is true (or it
+    # has no sink).
+    sink_finished: bool = False
 
     @classmethod
     def open(cls, folder: Path, job: dict[str, Any]) -> Manifest:
@@ -59,6 +66,19 @@ class Manifest:
         if not path.exists():
             return cls(job=job)
         saved = json.loads(path.read_text())
+        fresh = f"start fresh: remove the folder (rm -r {folder}) or give another OUTPUT"
+        if saved.get("format") != FORMAT_VERSION:
+            raise OutputMismatch(
+                f"{folder} holds output of format {saved.get('format')!r}, written by another "
+                f"version of the plugin, and this one writes format {FORMAT_VERSION} (its rows "
+                f"and ids may differ): {fresh}"
+            )
+        changed = _input_changes(saved["job"], job)
+        if changed:
+            raise OutputMismatch(
+                f"{folder} holds the output of another job ({'; '.join(changed)}). Its shards "
+                f"hold what the inputs held then; to index them as they are now, {fresh}"
+            )
         differences = [
             f"{key}: {saved['job'].get(key)!r} there, {job.get(key)!r} now"
             for key in sorted(set(saved["job"]) | set(job))
@@ -67,13 +87,21 @@ class Manifest:
         if differences:
             raise OutputMismatch(
                 f"{folder} holds the output of another job ({'; '.join(differences)}). "
-                f"Re-run with the same settings to resume it, or start fresh: remove the folder "
-                f"(rm -r {folder}) or give another OUTPUT"
+                f"Re-run with the same settings to resume it, or {fresh}"
             )
-        return cls(job=saved["job"], shards=saved.get("shards", {}))
+        return cls(
+            job=saved["job"],
+            shards=saved.get("shards", {}),
+            sink_finished=saved.get("sink_finished", False),
+        )
 
     def save(self, folder: Path) -> None:
-        body = {"format": FORMAT_VERSION, "job": self.job, "shards": self.shards}
+        body = {
+            "format": FORMAT_VERSION,
+            "job": self.job,
+            "shards": self.shards,
+            "sink_finished": self.sink_finished,
+        }
         _replace(folder / MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
 
     def totals(self) -> dict[str, int]:
@@ -84,6 +112,29 @@ class Manifest:
 # Versions are recorded, not compared: a resumed run on a newer plugin or
 # vLLM of the same model and options gives the same vectors.
 _NOT_COMPARED = {"plugin_version", "vllm_version"}
+
+
+def _input_changes(saved: dict[str, Any], job: dict[str, Any]) -> list[str]:
+    """The input files that changed since the saved job read them, by name
+    (the same files in the same order, only their sizes or times differ)."""
+    keys = ("input_sizes", "input_mtimes")
+    if saved.get("inputs") != job.get("inputs") or any(k not in saved for k in keys):
+        return []
+    return [
+        f"{path} changed since it was read: size {size_then:,} then, {size_now:,} now, "
+        f"modified {_when(mtime_then)} then, {_when(mtime_now)} now"
+        for path, size_then, size_now, mtime_then, mtime_now in zip(
+            job["inputs"], saved[keys[0]], job[keys[0]], saved[keys[1]], job[keys[1]]
+        )
+        if (size_then, mtime_then) != (size_now, mtime_now)
+    ]
+
+
+def _when(mtime_ns: int) -> str:
+    import datetime
+
+    moment = datetime.datetime.fromtimestamp(mtime_ns / 1e9, datetime.timezone.utc)
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _replace(path: Path, data: bytes) -> None:
@@ -146,19 +197,45 @@ def write_shard(folder: Path, name: str, rows: ShardRows, dense_size: int | None
 
 
 def read_errors(folder: Path) -> list[dict[str, Any]]:
+    """The error log's records. A last line without its newline is a write
+    that a crash cut short (its shard was never recorded): it is left out."""
+    return _read_errors(folder)[0]
+
+
+def _read_errors(folder: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The error log's complete records, and whether a torn last line follows them."""
     path = folder / ERRORS
     if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [], False
+    *lines, torn = path.read_bytes().decode("utf-8", errors="replace").split("\n")
+    errors = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            errors.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}, line {number}: not a JSON record ({exc.msg})") from None
+    return errors, bool(torn)
+
+
+def indexed_ids(folder: Path, shards: Iterable[str]) -> set[str]:
+    """The ids in these shards: the rows an earlier run indexed."""
+    import pyarrow.parquet as pq
+
+    ids: set[str] = set()
+    for name in shards:
+        ids.update(pq.read_table(folder / name, columns=["id"]).column("id").to_pylist())
+    return ids
 
 
 def keep_errors(folder: Path, shards: Iterable[str]) -> None:
     """Keep only the errors of these shards: a shard that was not recorded as
     done is done again, and its errors found again."""
     done = set(shards)
-    errors = read_errors(folder)
+    errors, torn = _read_errors(folder)
     kept = [e for e in errors if e.get("shard") in done]
-    if len(kept) != len(errors):
+    if torn or len(kept) != len(errors):
         _replace(folder / ERRORS, "".join(json.dumps(e) + "\n" for e in kept).encode())
 
 

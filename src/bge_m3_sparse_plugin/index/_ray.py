@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from .._config import cpu_binding
+from .._config import CORE_SLOTS_ENV, DEFAULT_CORE_SLOTS, cpu_binding
 from ._job import Job, ShardResults, Vector
 from ._model_info import on_gpu
 from ._output import vector_columns
-from ._reader import Row, check_text, read_rows
+from ._reader import Row, check_text, id_base, read_rows
 from ._types import EncodeOptions, EngineSettings
 
 __all__ = [
@@ -74,9 +74,7 @@ def replica_plan(
     return max(1, replicas), {"num_cpus": cores}
 
 
-def claim_core_slot(
-    cores: int, name: str = "bge-m3-sparse-cores"
-) -> tuple[int, socket.socket | None]:
+def claim_core_slot(cores: int, name: str | None = None) -> tuple[int, socket.socket | None]:
     """The first range of ``cores`` cores that no other replica on this node
     holds, and what holds it (keep it while the replica lives).
 
@@ -86,8 +84,10 @@ def claim_core_slot(
     see each other's ranges. When every range is held (nodes that tell Ray
     they have more CPUs than the machine has), the replica shares the first
     range and gets no holder: its :class:`Placement` says ``shared``, and the
-    command warns.
+    command warns. ``name`` (``BGE_M3_SPARSE_CORE_SLOTS`` by default) is the
+    namespace of the ranges: replicas of another name do not see these.
     """
+    name = name or os.environ.get(CORE_SLOTS_ENV) or DEFAULT_CORE_SLOTS
     total = os.cpu_count() or cores
     for slot in range(max(1, total // cores)):
         holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -140,7 +140,7 @@ class Replica:
         from ._job import encode_rows
 
         self._encode_rows = encode_rows
-        self.encoder = Encoder(model, options, settings)
+        self.encoder = Encoder.start(model, options, settings)
         self.ready_at = time.time()  # the driver counts the job's time from the first replica's
 
     def __call__(self, batch: Any) -> Any:
@@ -188,29 +188,26 @@ def read_file(
     rows_per_shard: int,
     done: frozenset[int],
     batch_rows: int,
+    base: str,
 ) -> Iterator[Any]:
     """Rows of the files in ``batch`` (one file, at ``offset`` rows into the
     input), with their shard number, minus the shards already done."""
     import pyarrow as pa
 
     def table(rows: list[Row], shards: list[int]) -> Any:
+        # A bad text (not a string, or not Unicode, which Arrow cannot hold)
+        # travels as "", its problem named.
+        problems = [r.problem or check_text(r.text) for r in rows]
         return pa.table(
             {
                 "id": pa.array([r.id for r in rows], pa.string()),
-                # A text that is not a string travels as "", its problem named.
                 "text": pa.array(
-                    [r.text if isinstance(r.text, str) else "" for r in rows], pa.string()
+                    [r.text if p is None else "" for r, p in zip(rows, problems)], pa.string()
                 ),
                 "file": pa.array([r.file for r in rows], pa.string()),
                 "row": pa.array([r.row for r in rows], pa.int64()),
                 "shard": pa.array(shards, pa.int64()),
-                "problem": pa.array(
-                    [
-                        r.problem or (check_text(r.text) if not isinstance(r.text, str) else None)
-                        for r in rows
-                    ],
-                    pa.string(),
-                ),
+                "problem": pa.array(problems, pa.string()),
             }
         )
 
@@ -218,7 +215,7 @@ def read_file(
         rows: list[Row] = []
         shards: list[int] = []
         for position, row in enumerate(
-            read_rows([Path(path)], id_column, text_column), start=offset
+            read_rows([Path(path)], id_column, text_column, Path(base)), start=offset
         ):
             shard = position // rows_per_shard
             if shard in done:
@@ -394,6 +391,7 @@ def dataset_for(
                 "rows_per_shard": job.rows_per_shard,
                 "done": done,
                 "batch_rows": batch_size,
+                "base": str(id_base(files)),
             },
         )
         .map_batches(

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from .._exceptions import SinkError, TableMismatch
 from ._output import ShardRows
+from ._secrets import public_uri, scrub, secrets_of
 
 __all__ = [
     "DENSE_FIELD",
@@ -35,6 +36,16 @@ KINDS = ("milvus-lite", "milvus", "qdrant")
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 # pgvector's HNSW index takes sparse vectors of at most this many non-zeros.
 HNSW_MAX_NONZEROS = 1000
+# PostgreSQL keeps the first NAMEDATALEN - 1 bytes of a name, silently.
+POSTGRES_MAX_NAME_BYTES = 63
+# The sparse index's name: the table's and this.
+HNSW_SUFFIX = "_sparse_hnsw"
+# Milvus refuses a sparse vector without a non-zero weight. A row whose
+# vector is empty (every token under --min-weight) is stored with this one
+# weight, the smallest normal float32, at an index past any vocabulary
+# (Milvus takes indices below 2**32 - 1): no query holds that index, so it
+# scores 0 against every query, as the empty vector does.
+MILVUS_EMPTY_SPARSE = {2**32 - 2: 1.1754943508222875e-38}
 # Qdrant takes unsigned integers or UUIDs as point ids: a row's id maps to a
 # UUID, the same in every run, and is kept in the payload as "id".
 _QDRANT_NAMESPACE = uuid.UUID("6b7c1d0e-6a3f-4a58-9d6e-0b6d3c7e5a10")
@@ -51,35 +62,46 @@ class SinkSpec:
     collection: str
 
     def describe(self) -> str:
+        """The sink as the command prints and records it: never a secret."""
         if self.kind == "postgresql":
-            return f"{_without_password(self.target)} (table {self.collection!r})"
-        return f"{self.kind}:{self.target} (collection {self.collection!r})"
+            return f"{public_uri(self.target)} (table {self.collection!r})"
+        return f"{self.kind}:{public_uri(self.target)} (collection {self.collection!r})"
 
-
-def _without_password(uri: str) -> str:
-    """The URI as it may be printed: a password replaced by ***."""
-    scheme, sep, rest = uri.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if not at or ":" not in userinfo:
-        return uri
-    return f"{scheme}{sep}{userinfo.split(':', 1)[0]}:***@{host}"
+    def scrub(self, text: str) -> str:
+        """``text`` (a driver's message) without the secrets of the target."""
+        return scrub(text, secrets_of(self.target))
 
 
 def parse_sink(text: str, collection: str) -> SinkSpec:
     if text.startswith(POSTGRES_SCHEMES):
-        if not collection.isidentifier():
-            raise ValueError(
-                f"--collection {collection!r}: a PostgreSQL table name here is letters, digits "
-                "and underscores, not starting with a digit"
-            )
-        return SinkSpec("postgresql", text, collection.lower())
+        return SinkSpec("postgresql", text, _table_name(collection))
     kind, sep, target = text.partition(":")
     if not sep or kind not in KINDS or not target:
         raise ValueError(
-            f"--sink {text!r}: give milvus-lite:PATH, milvus:URI, qdrant:PATH (embedded), "
-            "qdrant:URL (a server) or postgresql://USER@HOST:PORT/DB"
+            f"--sink {public_uri(text)!r}: give milvus-lite:PATH, milvus:URI, qdrant:PATH "
+            "(embedded), qdrant:URL (a server) or postgresql://USER@HOST:PORT/DB"
         )
     return SinkSpec(kind, target, collection)
+
+
+def _table_name(collection: str) -> str:
+    """The PostgreSQL table of ``--collection``, lower-cased, or a refusal:
+    letters, digits and underscores, and short enough that PostgreSQL cuts
+    neither it nor the name of its index. A reserved word (``order``) is a
+    name like another: the sink quotes every name it writes."""
+    if not collection.isidentifier():
+        raise ValueError(
+            f"--collection {collection!r}: a PostgreSQL table name here is letters, digits "
+            "and underscores, not starting with a digit"
+        )
+    longest = POSTGRES_MAX_NAME_BYTES - len(HNSW_SUFFIX)
+    if len(collection.encode()) > longest:
+        raise ValueError(
+            f"--collection {collection!r}: {len(collection.encode())} bytes; PostgreSQL cuts "
+            f"names at {POSTGRES_MAX_NAME_BYTES} bytes, and the table's index adds "
+            f"{HNSW_SUFFIX!r}: give at most {longest} bytes"
+        )
+    return collection.lower()
 
 
 class Sink(Protocol):
@@ -122,8 +144,8 @@ class MilvusSink:
             if self.dense and rows.dense is not None:
                 record[DENSE_FIELD] = rows.dense[i]
             records.append(record)
-        # Milvus refuses an empty sparse vector; such a row has nothing to match.
-        records = [r for r in records if r[SPARSE_FIELD]]
+        for record in records:
+            record[SPARSE_FIELD] = record[SPARSE_FIELD] or MILVUS_EMPTY_SPARSE
         for start in range(0, len(records), self.batch):
             self.client.upsert(self.collection, records[start : start + self.batch])
 
@@ -186,17 +208,19 @@ class PostgresSink:
     """A table of PostgreSQL with pgvector: ``id text PRIMARY KEY``, ``sparse
     sparsevec(V)`` (V the vocabulary; index = token id) and, with dense
     vectors, ``dense vector(H)``. Each shard is one transaction, upserted on
-    the id."""
+    the id. Every name is quoted (``psycopg.sql.Identifier``), never pasted."""
 
     def __init__(self, spec: SinkSpec, dense_size: int | None, vocab_size: int, hnsw: bool) -> None:
         import psycopg
         from pgvector.psycopg import register_vector
+        from psycopg import sql
 
         self.table, self.vocab_size, self.dense = (
             spec.collection,
             vocab_size,
             dense_size is not None,
         )
+        self._table = sql.Identifier(self.table)  # every statement quotes it
         self.hnsw = hnsw
         self.conn = psycopg.connect(spec.target, connect_timeout=10)
         try:
@@ -210,6 +234,8 @@ class PostgresSink:
     def _create(self, dense_size: int | None) -> None:
         """The extension (if this user may), and the table (if missing), or a
         refusal when a table of that name has another shape."""
+        from psycopg import sql
+
         conn = self.conn
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
             conn.execute("CREATE EXTENSION vector")
@@ -220,7 +246,7 @@ class PostgresSink:
             conn.execute(
                 "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
                 "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-                (self.table,),
+                (self._table.as_string(conn),),
             ).fetchall()
         )
         if found and found != wanted:
@@ -229,20 +255,32 @@ class PostgresSink:
                 "--collection, or drop that table"
             )
         if not found:
-            columns = ", ".join(
-                f"{name} {kind}" + (" PRIMARY KEY" if name == "id" else "")
+            # The column types are this sink's own text (sizes are ints).
+            columns = sql.SQL(", ").join(
+                sql.SQL("{} {}{}").format(
+                    sql.Identifier(name),
+                    sql.SQL(kind),
+                    sql.SQL(" PRIMARY KEY" if name == "id" else ""),
+                )
                 for name, kind in wanted.items()
             )
-            conn.execute(f"CREATE TABLE {self.table} ({columns})")
+            conn.execute(sql.SQL("CREATE TABLE {} ({})").format(self._table, columns))
 
     def upsert(self, rows: ShardRows) -> None:
         from pgvector import SparseVector
+        from psycopg import sql
 
-        columns = "id, sparse, dense" if self.dense else "id, sparse"
-        updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in columns.split(", ")[1:])
-        sql = (
-            f"INSERT INTO {self.table} ({columns}) VALUES ({', '.join(['%s'] * len(columns.split(', ')))}) "
-            f"ON CONFLICT (id) DO UPDATE SET {updates}"
+        names = ["id", "sparse", "dense"] if self.dense else ["id", "sparse"]
+        statement = sql.SQL(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) "
+            "ON CONFLICT (id) DO UPDATE SET {updates}"
+        ).format(
+            table=self._table,
+            columns=sql.SQL(", ").join(map(sql.Identifier, names)),
+            values=sql.SQL(", ").join(sql.Placeholder() * len(names)),
+            updates=sql.SQL(", ").join(
+                sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(name)) for name in names[1:]
+            ),
         )
         records = []
         for i, row_id in enumerate(rows.ids):
@@ -254,12 +292,15 @@ class PostgresSink:
                 record += (np.asarray(rows.dense[i], dtype=np.float32),)
             records.append(record)
         with self.conn.transaction(), self.conn.cursor() as cursor:
-            cursor.executemany(sql, records)
+            cursor.executemany(statement, records)
 
     def index_sql(self) -> str:
+        from psycopg import sql
+
         return (
-            f"CREATE INDEX IF NOT EXISTS {self.table}_sparse_hnsw ON {self.table} "
-            "USING hnsw (sparse sparsevec_ip_ops)"
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw (sparse sparsevec_ip_ops)")
+            .format(sql.Identifier(self.table + HNSW_SUFFIX), self._table)
+            .as_string(self.conn)
         )
 
     def finish(self) -> None:
@@ -288,7 +329,8 @@ class _Reporting:
             self.sink.upsert(rows)
         except Exception as exc:
             raise SinkError(
-                f"--sink {self.spec.describe()}: loading a shard failed: {_reason(exc)}. "
+                f"--sink {self.spec.describe()}: loading a shard failed: "
+                f"{self.spec.scrub(_reason(exc))}. "
                 "The shard is not recorded as done: re-run the same command once the "
                 "database is back"
             ) from exc
@@ -299,7 +341,8 @@ class _Reporting:
         except Exception as exc:
             raise SinkError(
                 f"--sink {self.spec.describe()}: every shard is loaded and recorded, but "
-                f"building the index failed: {_reason(exc)}"
+                f"building the index failed: {self.spec.scrub(_reason(exc))}. The shards are "
+                "not loaded again: re-run the same command to build it"
             ) from exc
 
     def close(self) -> None:
@@ -320,9 +363,11 @@ def open_reporting_sink(
     try:
         sink = open_sink(spec, dense_size, vocab_size, top_k)
     except TableMismatch as exc:
-        raise SinkError(f"--sink {spec.describe()}: refused: {exc}") from exc
+        raise SinkError(f"--sink {spec.describe()}: refused: {spec.scrub(str(exc))}") from exc
     except Exception as exc:
-        raise SinkError(f"--sink {spec.describe()}: cannot open it: {_reason(exc)}") from exc
+        raise SinkError(
+            f"--sink {spec.describe()}: cannot open it: {spec.scrub(_reason(exc))}"
+        ) from exc
     return _Reporting(spec, sink)
 
 
