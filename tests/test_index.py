@@ -66,13 +66,14 @@ def test_bad_rows_are_listed_and_the_exit_status_says_so(first_run, corpus):
     assert len(errors) == len(BAD_JSONL_LINES) == len(by_id)
     bytes_id = f"a.jsonl:{corpus['bytes_row']}"  # undecodable: no id could be read, so file and row
     expected_ids = ["empty", "number", "null", "list", "no-text", bytes_id, "too-long"]
+    expected_ids += ["surrogate", "j0"]
     assert sorted(by_id) == sorted(expected_ids)
     for rid, (_, reason) in zip(expected_ids, BAD_JSONL_LINES):
         assert reason in by_id[rid]["reason"], by_id[rid]
         assert by_id[rid]["file"].endswith("a.jsonl")
     assert by_id[bytes_id]["row"] == corpus["bytes_row"]
     assert f"indexed {len(corpus['good'])} documents" in result.stdout
-    assert "7 bad rows, listed in" in result.stdout
+    assert "9 bad rows, listed in" in result.stdout
 
 
 def test_progress_and_summary(first_run, corpus):

@@ -93,6 +93,19 @@ def test_csv_with_a_bom_crlf_doubled_quotes_and_a_short_row(tmp_path):
     assert count_rows([path]) == 3
 
 
+def test_a_csv_row_of_whitespace_or_an_empty_quoted_field_is_a_row(tmp_path):
+    """Only an empty line is not a row (as csv.DictReader skips it): a row
+    whose text is blank is a row, whose empty text is then reported."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b'text\r\n  \r\n\r\n""\r\nok\r\n')
+    assert rows_of(path) == [
+        ("t.csv:0", "  ", 0, None),
+        ("t.csv:1", "", 1, None),
+        ("t.csv:2", "ok", 2, None),
+    ]
+    assert count_rows([path]) == 3
+
+
 def test_jsonl_with_a_bom_crlf_and_lone_surrogates(tmp_path):
     """A BOM is not a bad first row; a lone surrogate (a JSON escape) makes a
     bad row: in the text, under the row's id; in the id, under FILE:ROW."""

@@ -36,6 +36,10 @@ BAD_JSONL_LINES = [
         ('{"id": "too-long", "text": "' + "word " * 1100 + '"}').encode(),
         "tokens, more than the model's 1024",
     ),
+    # Half of an emoji's UTF-16 pair, as a JSON escape: not Unicode text.
+    (b'{"id": "surrogate", "text": "half \\ud83d of an emoji"}', "a lone surrogate"),
+    # The first JSONL row's id again (its row is in the first shard).
+    (b'{"id": "j0", "text": "a later row with the id of the first"}', "duplicate id"),
 ]
 
 

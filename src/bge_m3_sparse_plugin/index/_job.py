@@ -288,8 +288,8 @@ def run_job(
     # job whose shards are all recorded but whose sink did not finish (a run
     # stopped while PostgreSQL built its index) opens the sink to finish it.
     shards_left = len(done) < -(-total_rows // job.rows_per_shard)
-    sink_left = open_sink is not None and not manifest.sink_finished
-    sink = open_sink() if open_sink is not None and (shards_left or sink_left) else None
+    work = shards_left or not manifest.sink_finished
+    sink = open_sink() if open_sink is not None and work else None
     try:
         writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
         finished_at = started_at
