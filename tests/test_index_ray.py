@@ -25,7 +25,7 @@ from bge_m3_sparse_plugin.index._ray import (
     start_ray,
 )
 
-from .support.corpus import index_cmd, shard_stats
+from .support.corpus import index_cmd, job_of, shard_stats
 
 
 def _errors(out: Path) -> list[dict]:
@@ -136,18 +136,15 @@ def test_the_jobs_dataset_keeps_order_and_the_callers_context_is_untouched(tmp_p
     import ray
     import ray.data
 
-    from bge_m3_sparse_plugin.index._job import Job
     from bge_m3_sparse_plugin.index._ray import dataset_for
-    from bge_m3_sparse_plugin.index._types import EncodeOptions, EngineSettings
+    from bge_m3_sparse_plugin.index._types import EngineSettings
 
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
     monkeypatch.setenv("HOME", str(tmp_path))
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"id": "a", "text": "x"}\n')
-    job = Job(
-        "model", [str(rows)], [1], "id", "text", 10, EncodeOptions(), "float32", None, "0", None
-    )
+    job = job_of("model", [rows], rows_per_shard=10)
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
     said: list[str] = []
     try:

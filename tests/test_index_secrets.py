@@ -80,6 +80,13 @@ def test_what_is_not_a_secret_is_left_as_it_is(target):
     assert secrets_of(target) == []
 
 
+def test_an_empty_password_is_hidden_too():
+    """Whether a URI has a password is not shown either (pgserver's URIs have an empty one)."""
+    uri = "postgresql://postgres:@/postgres?host=/tmp/pg"
+    assert public_uri(uri) == "postgresql://postgres:***@/postgres?host=/tmp/pg"
+    assert secrets_of(uri) == []
+
+
 def _every_file(folder: Path) -> dict[str, bytes]:
     if not folder.exists():
         return {}

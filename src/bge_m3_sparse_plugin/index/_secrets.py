@@ -68,8 +68,8 @@ def public_uri(uri: str) -> str:
     if parts is None:
         return uri
     scheme, userinfo, authority, query = parts
-    user, colon, password = userinfo.removesuffix("@").partition(":")
-    if colon and password:
+    user, colon, _ = userinfo.removesuffix("@").partition(":")
+    if colon:  # an empty password too: whether there is one is not shown either
         userinfo = f"{user}:{HIDDEN}@"
     if query:
         query = "?" + "&".join(
