@@ -29,7 +29,8 @@ echo "== index: bge-m3-sparse index examples/sample_corpus.jsonl --dense --sink 
   --dtype float32 --rows-per-shard 100 --dense --top-k 64 --no-progress \
   --sink "$DATABASE_URL" --collection docs
 
-start_server models/server.log
+# The small model has 1024 positions: vLLM would allow 1026 (the README says why).
+start_server models/server.log --max-model-len 1024
 # start_server's trap stops the server; the database too.
 trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null || true; "$PY" scripts/demo_postgres.py stop models/demo-pg' EXIT
 

@@ -126,6 +126,7 @@ def test_no_secret_in_the_commands_output_or_files_when_the_sink_is_down(
         said.append(done.stdout + done.stderr)
     assert f"--sink {public} (" in said[0], said[0][-2000:]
     assert "pinecone:" in said[1] and "***" in said[1], said[1][-2000:]
+    assert not out.exists()  # neither a refused sink nor one that is down makes OUTPUT
     for secret in (CANARY, DECODED):
         assert not [text for text in said if secret in text]
         assert not [path for path, body in _every_file(out).items() if secret.encode() in body]

@@ -138,6 +138,13 @@ def test_sink_spec_is_checked():
     )
     with pytest.raises(ValueError, match="give milvus-lite:PATH, milvus:URI, qdrant:PATH"):
         parse_sink("pinecone:x", "c")
+    # --sink "$DATABASE_URL" with the variable unset: the message names that case.
+    with pytest.raises(ValueError) as empty:
+        parse_sink("", "c")
+    assert str(empty.value).startswith(
+        "--sink '' is empty: if you gave a variable (--sink \"$DATABASE_URL\"), it is not set "
+        "in this shell."
+    )
 
 
 @pytest.mark.parametrize("name", ["order", "user", "select", "Table", "t" * 51, "ü" * 25])

@@ -18,6 +18,7 @@ from . import __version__
 from ._config import HF_OVERRIDES, VLLM_CPU_RELEASE, cpu_binding, vllm_range
 from ._missing import is_missing
 from ._model_length import positions
+from ._model_location import locate_model
 from ._vllm_version import check_vllm_version, installed_vllm_version
 
 __all__ = ["Finding", "check_install", "check_model", "run"]
@@ -170,18 +171,6 @@ def check_install() -> list[Finding]:
     ]
 
 
-def _resolve(model: str) -> Path | None:
-    path = Path(model)
-    if path.is_dir():
-        return path
-    try:
-        from huggingface_hub import snapshot_download
-
-        return Path(snapshot_download(model, local_files_only=True))
-    except Exception:
-        return None
-
-
 def _shapes(path: Path) -> dict[str, list[int]]:
     import torch
 
@@ -220,14 +209,24 @@ def check_heads(folder: Path, hidden: int, download: str) -> Iterator[Finding]:
 
 
 def check_model(model: str) -> list[Finding]:
-    folder = _resolve(model)
+    where = locate_model(model)
     download = f"hf download BAAI/bge-m3 sparse_linear.pt colbert_linear.pt --local-dir {model}"
+    if where.problem is not None:
+        parent = Path(model).expanduser().parent
+        fix = (
+            f"ls {parent}   (the folders there; give the model's as it is on disk)"
+            if where.path_only
+            else "give a model folder, or a hub id the hub has (https://huggingface.co/models)"
+        )
+        return [Finding("problem", where.problem, fix)]
+    folder = where.folder
     if folder is None:
         return [
             Finding(
                 "advice",
-                f"{model} is not a folder, nor in the Hugging Face cache: vLLM downloads "
-                "it when it starts; run doctor again on the downloaded folder to check it",
+                f"{model} is not a folder, nor in the Hugging Face cache, and the model hub has "
+                "it: vLLM downloads it when it starts; run doctor again on the downloaded "
+                "folder to check it",
                 f"hf download {model}",
             )
         ]

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._config import (
+    CPU_GPU_MEMORY_UTILIZATION,
     DEFAULT_MAX_INPUTS,
+    GPU_MEMORY_UTILIZATION,
     INDEX_VLLM_LOGGING_LEVEL,
     MAX_INPUTS_ENV,
     QUIET_WARNINGS,
@@ -35,10 +37,15 @@ makes this 0); 2 refused (bad arguments, or OUTPUT holds another job).
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "paths",
+        "inputs",
         nargs="+",
-        metavar="PATH",
-        help="JSONL, Parquet or CSV files, folders of them, or globs; then the output folder",
+        metavar="INPUT",
+        help="JSONL, Parquet or CSV files, folders of them, or globs",
+    )
+    parser.add_argument(
+        "output",
+        metavar="OUTPUT",
+        help="the output folder: Parquet shards, _manifest.json, _errors.jsonl",
     )
     parser.add_argument("--model", required=True, help="model folder or name (BAAI/bge-m3)")
     parser.add_argument("--id-column", default="id", help="column holding the row id (default: id)")
@@ -68,7 +75,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-memory-utilization",
         type=float,
-        help="vLLM's setting (default: 0.9 on a GPU, 0.2 on a CPU, where it is RAM)",
+        help=f"the share of the device's memory vLLM takes (default: {GPU_MEMORY_UTILIZATION} "
+        f"on a GPU, {CPU_GPU_MEMORY_UTILIZATION} on a CPU, where it is RAM; vLLM's own "
+        "default is 0.92)",
     )
     parser.add_argument("--max-num-batched-tokens", type=int, help="vLLM's setting")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's setting")
@@ -115,8 +124,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    if len(args.paths) < 2:
-        parser.error("give at least one INPUT and the OUTPUT folder")
     for name, value, low in (
         ("--rows-per-shard", args.rows_per_shard, 1),
         ("--batch-size", args.batch_size, 1),
@@ -227,6 +234,13 @@ def _backend(args: argparse.Namespace, job: Job, files: list[Path], settings: An
     from ._reader import count_rows
 
     def make_encoder() -> Encoder:
+        # The one silent stretch of a run: vLLM loads the model and warms up.
+        print(
+            f"bge-m3-sparse index: starting vLLM's engine on {args.model} (30 s to a few "
+            "minutes; --verbose shows vLLM's log)",
+            file=sys.stderr,
+            flush=True,
+        )
         return Encoder.start(job.model, job.options, settings)
 
     return LocalBackend(job, files, make_encoder, args.batch_size), count_rows(files)
@@ -242,19 +256,25 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         # process and in its engine's (which inherits the variable).
         os.environ.setdefault("PYTHONWARNINGS", QUIET_WARNINGS)
     from .._exceptions import OutputMismatch, SinkError
+    from .._model_location import locate_model
     from ._job import run_job
     from ._model_info import hidden_size, vocab_size
     from ._reader import resolve_inputs
     from ._sinks import notes as sink_notes
     from ._sinks import open_reporting_sink, parse_sink
 
-    *inputs, out = args.paths
-    output = Path(out)
+    output = Path(args.output)
     try:
-        files = resolve_inputs(inputs, output)
+        files = resolve_inputs(args.inputs, output)
         sink = parse_sink(args.sink, args.collection) if args.sink is not None else None
     except ValueError as exc:
         parser.error(str(exc))
+    # Before any engine starts or OUTPUT is made: a mistyped folder would
+    # otherwise become a hub id that vLLM retries for a minute.
+    where = locate_model(args.model)
+    if where.problem is not None:
+        print(f"bge-m3-sparse index: --model {where.problem}", file=sys.stderr)
+        return 2
     job, settings = _job(args, files, sink.describe() if sink else None)
     for note in sink_notes(sink, args.top_k) if sink else []:
         print(f"bge-m3-sparse index: {note}", file=sys.stderr)

@@ -214,10 +214,11 @@ class ShardWriter:
 
 def open_output(output: Path, job: Job) -> Manifest:
     """The output folder's manifest; raises :class:`~.._exceptions.OutputMismatch`
-    before anything is written when ``output`` holds another job's shards."""
-    output.mkdir(parents=True, exist_ok=True)
+    before anything is written when ``output`` holds another job's shards.
+    A missing folder is made later, by :func:`run_job`, once the sink is open."""
     manifest = Manifest.open(output, job.as_manifest())
-    keep_errors(output, manifest.shards)
+    if output.is_dir():
+        keep_errors(output, manifest.shards)
     return manifest
 
 
@@ -291,6 +292,8 @@ def run_job(
     work = shards_left or not manifest.sink_finished
     sink = open_sink() if open_sink is not None and work else None
     try:
+        # Made once the sink is open: a sink that cannot be opened leaves no OUTPUT.
+        output.mkdir(parents=True, exist_ok=True)
         writer = ShardWriter(output, manifest, summary, dense_size, progress, sink)
         finished_at = started_at
         if shards_left:

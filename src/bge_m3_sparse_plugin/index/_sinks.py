@@ -73,6 +73,12 @@ class SinkSpec:
 
 
 def parse_sink(text: str, collection: str) -> SinkSpec:
+    if not text.strip():
+        raise ValueError(
+            f'--sink {text!r} is empty: if you gave a variable (--sink "$DATABASE_URL"), '
+            "it is not set in this shell. Give milvus-lite:PATH, milvus:URI, qdrant:PATH, "
+            "qdrant:URL or postgresql://USER@HOST:PORT/DB"
+        )
     if text.startswith(POSTGRES_SCHEMES):
         return SinkSpec("postgresql", text, _table_name(collection))
     kind, sep, target = text.partition(":")
