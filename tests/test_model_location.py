@@ -93,70 +93,42 @@ def test_a_folder_is_a_folder(tmp_path, monkeypatch):
     assert locate_model("models/m").folder == Path("models/m")
 
 
+def _index(cwd: Path, model: str, **env: str) -> list[str]:
+    """What the index command says on stderr for ``--model MODEL``; it must
+    refuse (exit 2) and print nothing else, and make no OUTPUT."""
+    out = cwd / "models" / "vectors-x"
+    done = _command(cwd, "index", str(SAMPLE), str(out), "--model", model, "--no-progress", **env)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stdout == ""
+    assert not out.exists()
+    return done.stderr.splitlines()
+
+
 def test_the_index_command_says_so_in_one_line_and_makes_no_output(tmp_path):
     (tmp_path / "models").mkdir()
-    out = tmp_path / "models" / "vectors-x"
-    done = _command(
-        tmp_path, "index", str(SAMPLE), str(out), "--model", "models/bge-m3-tyni", "--no-progress"
-    )
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    assert _index(tmp_path, "models/bge-m3-tyni") == [
         "bge-m3-sparse index: --model models/bge-m3-tyni: no such folder (a path, not a model "
         "hub id: models/ is a folder here)"
     ]
-    assert done.stdout == ""
-    assert not out.exists()
 
 
 def test_a_possible_hub_id_the_hub_lacks_names_both_readings(tmp_path, hub):
-    done = _command(
-        tmp_path,
-        "index",
-        str(SAMPLE),
-        str(tmp_path / "out"),
-        "--model",
-        "BAAI/bge-m3x",
-        HF_ENDPOINT=hub,
-    )
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    assert _index(tmp_path, "BAAI/bge-m3x", HF_ENDPOINT=hub) == [
         f"bge-m3-sparse index: --model BAAI/bge-m3x: no such folder here, and the model hub "
         f"({hub}) has no model of that name"
     ]
-    assert not (tmp_path / "out").exists()
 
 
 def test_a_hub_that_cannot_be_reached_is_said_in_one_line(tmp_path):
-    done = _command(
-        tmp_path,
-        "index",
-        str(SAMPLE),
-        str(tmp_path / "out"),
-        "--model",
-        "BAAI/bge-m3",
-        HF_ENDPOINT="http://127.0.0.1:1",
-    )
-    assert done.returncode == 2
-    (line,) = done.stderr.splitlines()
+    (line,) = _index(tmp_path, "BAAI/bge-m3", HF_ENDPOINT="http://127.0.0.1:1")
     assert line.startswith(
         "bge-m3-sparse index: --model BAAI/bge-m3: no such folder here, and the model hub "
         "(http://127.0.0.1:1) cannot be reached (ConnectError: "
     )
-    assert not (tmp_path / "out").exists()
 
 
 def test_offline_a_hub_id_must_be_in_the_cache(tmp_path):
-    done = _command(
-        tmp_path,
-        "index",
-        str(SAMPLE),
-        str(tmp_path / "out"),
-        "--model",
-        "BAAI/bge-m3",
-        HF_HUB_OFFLINE="1",
-    )
-    assert done.returncode == 2
-    assert done.stderr.splitlines() == [
+    assert _index(tmp_path, "BAAI/bge-m3", HF_HUB_OFFLINE="1") == [
         "bge-m3-sparse index: --model BAAI/bge-m3: no such folder here, and not in the Hugging "
         "Face cache (HF_HUB_OFFLINE is set, so the model hub is not asked)"
     ]
