@@ -132,6 +132,25 @@ def test_milvus_keeps_a_row_whose_sparse_vector_is_empty_with_its_dense_vector(t
         sink.close()
 
 
+def test_an_empty_corpus_opens_and_finishes_its_sink_without_an_engine(model_dir, tmp_path):
+    """No row: no engine starts, the sink is opened and finished once, and
+    the run says only where it loaded (no earlier run to have finished)."""
+    corpus = tmp_path / "empty.jsonl"
+    corpus.write_text("")
+    db, out = tmp_path / "m.db", tmp_path / "vectors"
+    cmd = [
+        sys.executable, "-m", "bge_m3_sparse_plugin", "index", str(corpus), str(out),
+        "--model", str(model_dir), "--sink", f"milvus-lite:{db}", "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (
+        done.stdout.splitlines()[-1] == f"loaded into milvus-lite:{db} (collection 'bge_m3_sparse')"
+    )
+    assert "starting vLLM's engine" not in done.stderr
+    assert json.loads((out / "_manifest.json").read_text())["sink_finished"] is True
+
+
 def test_sink_spec_is_checked():
     assert parse_sink("qdrant:http://127.0.0.1:6333", "c") == SinkSpec(
         "qdrant", "http://127.0.0.1:6333", "c"

@@ -307,7 +307,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for line in backend.describe():
         print(line)
     if sink is not None:
-        finished_here = summary.sink_finished and not summary.shards_done
+        # Every shard was loaded by an earlier run, which stopped before its sink finished.
+        finished_here = summary.sink_finished and summary.shards_skipped and not summary.shards_done
         print(
             f"loaded into {sink.describe()}"
             + ("; finished here: an earlier run stopped before it was" if finished_here else "")
