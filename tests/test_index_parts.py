@@ -93,6 +93,19 @@ def test_csv_with_a_bom_crlf_doubled_quotes_and_a_short_row(tmp_path):
     assert count_rows([path]) == 3
 
 
+def test_a_malformed_csv_record_is_a_bad_row_and_reading_goes_on(tmp_path):
+    """Text after a closing quote: that row is bad, the next one is read. A
+    quote never closed: the rest of the file is one bad row, not one text."""
+    path = tmp_path / "bad.csv"
+    path.write_bytes(b'id,text\n1,"quoted"tail\n2,ok\n3,"never closed\n4,swallowed\n')
+    assert rows_of(path) == [
+        ("bad.csv:0", None, 0, "not valid CSV: ',' expected after '\"'"),
+        ("2", "ok", 1, None),
+        ("bad.csv:2", None, 2, "not valid CSV: unexpected end of data"),
+    ]
+    assert count_rows([path]) == 3
+
+
 def test_a_csv_row_of_whitespace_or_an_empty_quoted_field_is_a_row(tmp_path):
     """Only an empty line is not a row (as csv.DictReader skips it): a row
     whose text is blank is a row, whose empty text is then reported."""

@@ -45,7 +45,7 @@ FORMATS = {
 }
 
 # The longest CSV field read, in characters (the csv module's own default is
-# 131,072): a longer one, or a quote never closed, makes its row a bad row.
+# 131,072): a longer one makes its row a bad row.
 MAX_CSV_FIELD_CHARS = 1 << 24
 
 # A lone surrogate: what a JSON "\ud800" escape gives, and what a byte that is
@@ -226,7 +226,9 @@ def _csv_records(path: Path) -> Iterator[tuple[int, list[str] | None, list[str] 
     number, as (row, header, fields) or (row, header, why it cannot be read)."""
     csv.field_size_limit(MAX_CSV_FIELD_CHARS)
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-        reader = csv.reader(f)
+        # strict: a malformed record (text after a closing quote, a quote
+        # never closed) is a bad row, not merged silently into its field.
+        reader = csv.reader(f, strict=True)
         header: list[str] | None = None
         row = 0
         while True:
