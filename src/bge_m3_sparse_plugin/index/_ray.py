@@ -195,9 +195,12 @@ def read_file(
     import pyarrow as pa
 
     def table(rows: list[Row], shards: list[int]) -> Any:
-        # A bad text (not a string, or not Unicode, which Arrow cannot hold)
-        # travels as "", its problem named.
-        problems = [r.problem or check_text(r.text) for r in rows]
+        # A text that is not a string travels as "", its problem named (one
+        # that is not Unicode, which Arrow cannot hold either, the reader has
+        # made a problem already). A string is checked once, by the replica.
+        problems = [
+            r.problem or (check_text(r.text) if not isinstance(r.text, str) else None) for r in rows
+        ]
         return pa.table(
             {
                 "id": pa.array([r.id for r in rows], pa.string()),

@@ -71,6 +71,11 @@ class SinkSpec:
         """``text`` (a driver's message) without the secrets of the target."""
         return scrub(text, secrets_of(self.target))
 
+    def reason(self, exc: BaseException) -> str:
+        """What went wrong, as a message may say it: the exception's type and
+        first line, without the secrets of the target."""
+        return self.scrub(_reason(exc))
+
 
 def parse_sink(text: str, collection: str) -> SinkSpec:
     if not text.strip():
@@ -145,13 +150,11 @@ class MilvusSink:
         for i, row_id in enumerate(rows.ids):
             record: dict[str, Any] = {
                 "id": row_id,
-                SPARSE_FIELD: dict(zip(rows.indices[i], rows.values[i])),
+                SPARSE_FIELD: dict(zip(rows.indices[i], rows.values[i])) or MILVUS_EMPTY_SPARSE,
             }
             if self.dense and rows.dense is not None:
                 record[DENSE_FIELD] = rows.dense[i]
             records.append(record)
-        for record in records:
-            record[SPARSE_FIELD] = record[SPARSE_FIELD] or MILVUS_EMPTY_SPARSE
         for start in range(0, len(records), self.batch):
             self.client.upsert(self.collection, records[start : start + self.batch])
 
@@ -336,7 +339,7 @@ class _Reporting:
         except Exception as exc:
             raise SinkError(
                 f"--sink {self.spec.describe()}: loading a shard failed: "
-                f"{self.spec.scrub(_reason(exc))}. "
+                f"{self.spec.reason(exc)}. "
                 "The shard is not recorded as done: re-run the same command once the "
                 "database is back"
             ) from exc
@@ -347,7 +350,7 @@ class _Reporting:
         except Exception as exc:
             raise SinkError(
                 f"--sink {self.spec.describe()}: every shard is loaded and recorded, but "
-                f"building the index failed: {self.spec.scrub(_reason(exc))}. The shards are "
+                f"building the index failed: {self.spec.reason(exc)}. The shards are "
                 "not loaded again: re-run the same command to build it"
             ) from exc
 
@@ -371,9 +374,7 @@ def open_reporting_sink(
     except TableMismatch as exc:
         raise SinkError(f"--sink {spec.describe()}: refused: {spec.scrub(str(exc))}") from exc
     except Exception as exc:
-        raise SinkError(
-            f"--sink {spec.describe()}: cannot open it: {spec.scrub(_reason(exc))}"
-        ) from exc
+        raise SinkError(f"--sink {spec.describe()}: cannot open it: {spec.reason(exc)}") from exc
     return _Reporting(spec, sink)
 
 
