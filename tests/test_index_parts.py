@@ -106,6 +106,22 @@ def test_a_malformed_csv_record_is_a_bad_row_and_reading_goes_on(tmp_path):
     assert count_rows([path]) == 3
 
 
+def test_a_csv_field_is_read_at_the_limit_and_a_bad_row_one_past_it(tmp_path):
+    """MAX_CSV_FIELD_CHARS characters are a text; one more makes that row bad,
+    and the next row is read."""
+    limit = 16_777_216  # 2**24, written out: the bound the docstring names
+    path = tmp_path / "long.csv"
+    path.write_text(f"id,text\nat,{'x' * limit}\npast,{'x' * (limit + 1)}\nafter,ok\n")
+    rows = list(read_rows([path]))
+    assert [(r.id, r.row, r.problem) for r in rows] == [
+        ("at", 0, None),
+        ("long.csv:1", 1, f"not valid CSV: field larger than field limit ({limit})"),
+        ("after", 2, None),
+    ]
+    assert len(rows[0].text) == limit
+    assert count_rows([path]) == 3
+
+
 def test_a_csv_row_of_whitespace_or_an_empty_quoted_field_is_a_row(tmp_path):
     """Only an empty line is not a row (as csv.DictReader skips it): a row
     whose text is blank is a row, whose empty text is then reported."""
