@@ -16,7 +16,18 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.server import SERVED_MODEL_NAME, Server
 
-__all__ = ["SERVED_MODEL_NAME", "BenchServer", "HealthProbe", "PeakRss", "Probe", "percentile"]
+__all__ = [
+    "GPU_ARGS",
+    "SERVED_MODEL_NAME",
+    "BenchServer",
+    "HealthProbe",
+    "PeakRss",
+    "Probe",
+    "percentile",
+]
+
+# A server on a GPU: float16, and most of its memory for the engine's batches.
+GPU_ARGS = ["--dtype", "float16", "--gpu-memory-utilization", "0.85"]
 
 
 class BenchServer(Server):

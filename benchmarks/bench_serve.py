@@ -23,9 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import SPECS, documents, model_dir, print_settings
-from _server import SERVED_MODEL_NAME, BenchServer, percentile
-
-GPU_ARGS = ["--dtype", "float16", "--gpu-memory-utilization", "0.85"]
+from _server import GPU_ARGS, SERVED_MODEL_NAME, BenchServer, percentile
 
 
 async def client(

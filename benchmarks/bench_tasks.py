@@ -5,15 +5,18 @@ the same way, interleaved, on one server started as the README starts it.
 
 Each round sends the same documents once per kind, in requests of 16
 documents, 4 requests at once: sparse; sparse and dense; ColBERT; and all
-three (each document runs twice: embed&token_classify, then token_embed);
-and sparse + dense again on a second server started without
---pooler-config, to see what the README's `{"task": "embed"}` costs. Prints
-each kind's median time and documents/s, and its ratio to sparse.
+three (one pass of each document: the README's BgeM3OnePassModel); and
+sparse and all three again on a second server that loads the model as vLLM's
+own BgeM3EmbeddingModel, as every release before the one-pass model did
+(all three: each document twice, embed&token_classify then token_embed).
+Prints each kind's median time and documents/s, and its ratio to sparse on
+the README's server.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -24,7 +27,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import documents, interleaved, median, model_dir, print_settings
-from _server import SERVED_MODEL_NAME, BenchServer
+from _server import GPU_ARGS, SERVED_MODEL_NAME, BenchServer
+
+from bge_m3_sparse_plugin._config import VLLM_ARCHITECTURE
 
 KINDS = {
     "sparse": {},
@@ -33,7 +38,8 @@ KINDS = {
     "sparse + dense + ColBERT": {"return_dense": True, "return_colbert_vecs": True},
 }
 PER_REQUEST, CONCURRENCY = 16, 4
-PLAIN = "sparse + dense, no --pooler-config"
+BEFORE = ", vLLM's BgeM3EmbeddingModel (two passes)"
+BEFORE_KINDS = ("sparse", "sparse + dense + ColBERT")
 
 
 def send_all(url: str, docs: list[str], flags: dict) -> None:
@@ -52,7 +58,8 @@ def send_all(url: str, docs: list[str], flags: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="mid", choices=["small", "mid"])
+    parser.add_argument("--model", default="mid", choices=["small", "mid", "realsize"])
+    parser.add_argument("--gpu", action="store_true", help="float16, 0.85 of the GPU's memory")
     parser.add_argument("--docs", type=int, default=64)
     parser.add_argument("--words", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
@@ -61,11 +68,14 @@ def main() -> None:
     docs = documents(args.docs, args.words)
     print_settings(model=f"{args.model} ({path})", docs=args.docs, words_per_doc=args.words)
     with tempfile.TemporaryDirectory(prefix="bt") as tmp:
-        server = BenchServer(path, Path(tmp) / "server.log")  # the README's: task embed
-        plain = BenchServer(path, Path(tmp) / "plain.log", ["--pooler-config", "{}"])
+        gpu = GPU_ARGS if args.gpu else []
+        server = BenchServer(path, Path(tmp) / "server.log", gpu)  # the README's: task embed
+        overrides = json.dumps({"architectures": [VLLM_ARCHITECTURE]})
+        before = BenchServer(path, Path(tmp) / "before.log", ["--hf-overrides", overrides, *gpu])
         try:
             runs = {name: (server.url, flags) for name, flags in KINDS.items()}
-            runs[PLAIN] = (plain.url, KINDS["sparse + dense"])
+            for name in BEFORE_KINDS:
+                runs[name + BEFORE] = (before.url, KINDS[name])
             for url, flags in runs.values():  # warm-up: each kind's shapes once
                 send_all(url, docs[:PER_REQUEST], flags)
             times = interleaved(
@@ -77,14 +87,16 @@ def main() -> None:
             )
         finally:
             server.stop()
-            plain.stop()
+            before.stop()
     base = median(times["sparse"])
     for name, values in times.items():
         m = median(values)
         print(
-            f"  {name:<36} median {m:6.2f} s  {args.docs / m:7.1f} docs/s  "
+            f"  {name:<60} median {m:6.2f} s  {args.docs / m:7.1f} docs/s  "
             f"{m / base:5.2f}x sparse's time  (rounds: {', '.join(f'{v:.2f}' for v in values)})"
         )
+    ratio = base / median(times["sparse" + BEFORE])
+    print(f"  sparse on the README's server / on vLLM's model: {ratio:.3f}x the speed")
     print(f"  os.cpu_count() = {os.cpu_count()}")
 
 

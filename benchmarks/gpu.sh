@@ -3,7 +3,10 @@
 #   1. the plugin (plain LLM.encode) against FlagEmbedding, fp16;
 #   2. the index command against plain LLM.encode;
 #   3. each path's share of the GPU's own fp16 matrix-multiply peak (the roofline);
-#   4. the server's throughput and p50/p99 latency at 1, 8, 32 and 64 clients.
+#   4. the server's throughput and p50/p99 latency at 1, 8, 32 and 64 clients;
+#   5. all three outputs against sparse, one pass (BgeM3OnePassModel) and two
+#      (vLLM's BgeM3EmbeddingModel), side by side;
+#   6. the API server's CPU per document by request kind, beside /v1/embeddings.
 # The model is random with bge-m3's size (hidden 1024, 24 layers, vocab 250,002),
 # built here; BGE_M3_MODEL=FOLDER runs bge-m3 itself instead.
 #
@@ -67,7 +70,9 @@ run() {  # run LIMIT_S COMMAND...: the step, cut at its limit or at what is left
   if [ "$model" = realsize ]; then
     run 90 "$PYTHON" -c "import sys; sys.path.insert(0, 'benchmarks'); from _common import model_dir; print(model_dir('realsize'))"
   fi
-  run 330 "$PYTHON" benchmarks/bench_roofline.py --model "$model" --docs 4000 --rounds 2
-  run 150 "$PYTHON" benchmarks/bench_serve.py --model "$model" --gpu --concurrency 1 8 32 64 --seconds 15
+  run 250 "$PYTHON" benchmarks/bench_roofline.py --model "$model" --docs 4000 --rounds 2
+  run 120 "$PYTHON" benchmarks/bench_serve.py --model "$model" --gpu --concurrency 1 8 32 64 --seconds 15
+  run 110 "$PYTHON" benchmarks/bench_tasks.py --model "$model" --gpu --docs 512 --rounds 2
+  run 80 "$PYTHON" benchmarks/bench_frontend.py --gpu --docs 600 --clients 32 --rounds 2 --profile-seconds 10
   echo "== done in $((SECONDS - started)) s"
 } 2>&1 | tee ${log:-/dev/null} | grep -v -E '^\((EngineCore|Worker|APIServer|MainProcess)'

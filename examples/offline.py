@@ -33,7 +33,7 @@ def main() -> None:
     llm = LLM(
         model=model,
         runner="pooling",
-        hf_overrides={"architectures": ["BgeM3EmbeddingModel"]},
+        hf_overrides={"architectures": ["BgeM3OnePassModel"]},
         io_processor_plugin="bge_m3_sparse_plugin",
         dtype=args.dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,

@@ -65,9 +65,15 @@ def _start_server(
     extra_args: list[str] = (),
     env: dict | None = None,
     launcher: str = "serve",
+    plugin: bool = True,
 ):
     server = Server(
-        model_dir, log_dir / f"{name}.log", list(extra_args), env=env, launcher=launcher
+        model_dir,
+        log_dir / f"{name}.log",
+        list(extra_args),
+        env=env,
+        launcher=launcher,
+        plugin=plugin,
     )
     try:
         server.wait_ready()

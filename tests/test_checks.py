@@ -15,6 +15,8 @@ from bge_m3_sparse_plugin._checks import (
 from bge_m3_sparse_plugin._prompts import prompts_for
 from bge_m3_sparse_plugin._tasks import Wants, tasks_for
 
+ONE_PASS = "embed&token_classify&token_embed"  # the plugin's own task
+
 
 def refusal(check, *args) -> tuple[str, str]:
     with pytest.raises(RequestError) as info:
@@ -64,7 +66,7 @@ def test_lengths_name_the_first_prompt_over_the_limit():
 
 
 def test_a_request_asking_for_nothing_is_refused_by_name():
-    assert refusal(tasks_for, Wants(False, False, False)) == (
+    assert refusal(tasks_for, Wants(False, False, False), True) == (
         "data.return_sparse",
         "data.return_sparse, data.return_dense and data.return_colbert_vecs are all false; "
         "ask for at least one",
@@ -72,20 +74,22 @@ def test_a_request_asking_for_nothing_is_refused_by_name():
 
 
 @pytest.mark.parametrize(
-    "wants,tasks",
+    "wants,two_pass,one_pass",
     [
-        (Wants(True, False, False), ("embed&token_classify",)),
-        (Wants(False, True, False), ("embed&token_classify",)),
-        (Wants(True, True, False), ("embed&token_classify",)),
-        (Wants(False, False, True), ("token_embed",)),
-        # ColBERT beside sparse or dense: each input runs twice, sparse and dense first.
-        (Wants(True, False, True), ("embed&token_classify", "token_embed")),
-        (Wants(False, True, True), ("embed&token_classify", "token_embed")),
-        (Wants(True, True, True), ("embed&token_classify", "token_embed")),
+        (Wants(True, False, False), ("embed&token_classify",), ("embed&token_classify",)),
+        (Wants(False, True, False), ("embed&token_classify",), ("embed&token_classify",)),
+        (Wants(True, True, False), ("embed&token_classify",), ("embed&token_classify",)),
+        (Wants(False, False, True), ("token_embed",), ("token_embed",)),
+        # ColBERT beside sparse or dense: on vLLM's model each input runs
+        # twice, sparse and dense first; on the plugin's, once for all three.
+        (Wants(True, False, True), ("embed&token_classify", "token_embed"), (ONE_PASS,)),
+        (Wants(False, True, True), ("embed&token_classify", "token_embed"), (ONE_PASS,)),
+        (Wants(True, True, True), ("embed&token_classify", "token_embed"), (ONE_PASS,)),
     ],
 )
-def test_each_request_gets_the_tasks_that_give_what_it_asks(wants, tasks):
-    assert tasks_for(wants) == tasks
+def test_each_request_gets_the_tasks_that_give_what_it_asks(wants, two_pass, one_pass):
+    assert tasks_for(wants, one_pass=False) == two_pass
+    assert tasks_for(wants, one_pass=True) == one_pass
 
 
 @pytest.mark.parametrize("name", ["pairs", "documents", "input"])

@@ -74,7 +74,7 @@ def test_a_good_install_and_model_pass(model_dir):
     # What the user must act on is advice, not ok: the override and the length.
     advice = "\n".join(lines(result, "advice"))
     for expected in (
-        '--hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\'',
+        '--hf-overrides \'{"architectures": ["BgeM3OnePassModel"]}\'',
         "maximum length: 1024 tokens",
         "serve with --max-model-len 1024",
     ):

@@ -146,3 +146,39 @@ def test_colbert_beside_sparse_and_dense_comes_from_a_second_run_of_the_inputs()
             }
         )
     assert [item.model_dump() for item in items] == want
+
+
+@pytest.mark.parametrize("as_tensor", [False, True], ids=["numpy", "torch"])
+def test_all_three_from_one_pass_equal_the_two_runs(as_tensor):
+    """The plugin's model appends each input's ColBERT vectors (one per token
+    but BOS) to the dense vector and the weights: the items are those of the
+    two runs' outputs. A prompt without EOS (cut) keeps its last weight."""
+    prompts = [*PROMPTS, [BOS, 7, 9]]
+    rng = np.random.default_rng(5)
+    first, rows = [], []
+    for ids in prompts:
+        weights = len(ids) - 1 - (ids[-1] == EOS)
+        first.append(rng.uniform(0, 2, HIDDEN + weights).astype(np.float32))
+        rows.append(rng.standard_normal((len(ids) - 1, HIDDEN)).astype(np.float32))
+    one = [np.concatenate([f, r.reshape(-1)]) for f, r in zip(first, rows)]
+    if as_tensor:
+        one = [torch.from_numpy(p) for p in one]
+    request = SparseEmbeddingRequest(
+        input=["x"] * 4, return_dense=True, return_colbert_vecs=True, return_tokens=True
+    )
+    two = embedding_items(
+        prompts * 2, first + rows, request, ("embed&token_classify", "token_embed"), MODEL
+    )
+    got = embedding_items(prompts, one, request, ("embed&token_classify&token_embed",), MODEL)
+    assert [item.model_dump() for item in got] == [item.model_dump() for item in two]
+    assert [item.colbert_vecs for item in got] == [r.tolist() for r in rows]
+
+
+def test_a_one_pass_output_of_the_wrong_length_is_refused_saying_what_was_expected():
+    ids = [BOS, 7, 8, EOS]
+    short = np.zeros(HIDDEN + 2 + 3 * HIDDEN - 1, dtype=np.float32)
+    request = SparseEmbeddingRequest(input=["x"], return_colbert_vecs=True)
+    with pytest.raises(
+        ValueError, match=r"returned 17 values .* expected 18 .* 2 token weights and 3 vectors of 4"
+    ):
+        embedding_items([ids], [short], request, ("embed&token_classify&token_embed",), MODEL)

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 from bge_m3_sparse_plugin.client import KEEPALIVE_EXPIRY_S
 from bge_m3_sparse_plugin.schemas import (
+    SCORE_KEYS,
     ScoreRequest,
     ScoreResponse,
     SparseEmbeddingRequest,
@@ -288,7 +289,7 @@ def test_plugin_schema_fuzz(server):
 
 # -- scoring requests ---------------------------------------------------------
 
-SCORE_FIELDS = ("data.query", "data.documents", "data.pairs", "data.weights")
+SCORE_FIELDS = ("data.query", "data.documents", "data.pairs", "data.weights", "data.modes")
 
 
 def check_score_answer(resp: httpx.Response, data: Any, broken: tuple[str, ...]) -> str | None:
@@ -297,10 +298,13 @@ def check_score_answer(resp: httpx.Response, data: Any, broken: tuple[str, ...])
     assert resp.status_code < 500, (resp.status_code, resp.text[:500], repr(data)[:500])
     if resp.status_code == 200:
         answer = ScoreResponse.model_validate(resp.json()["data"])
-        pairs = ScoreRequest.model_validate(data).pair_list()
+        request = ScoreRequest.model_validate(data)
+        pairs = request.pair_list()
         assert [item.index for item in answer.data] == list(range(len(pairs)))
+        modes = request.modes or SCORE_KEYS  # only those asked, in compute_score's order
+        keys = [key for key in SCORE_KEYS if key in modes]
         for item in answer.data:
-            assert len(item.scores) == 5 and all(map(math.isfinite, item.scores.values()))
+            assert list(item.scores) == keys and all(map(math.isfinite, item.scores.values()))
         return None
     assert resp.status_code == 400, (resp.status_code, resp.text[:500])
     param = error_of(resp)["param"]

@@ -250,7 +250,7 @@ def test_gpu_commands_parse_with_vllms_own_parser(block):
     (words,) = commands(block, "vllm serve")
     args = parser.parse_args(["--model", words[0], *words[1:]])
     assert args.io_processor_plugin == "bge_m3_sparse_plugin"
-    assert args.hf_overrides == {"architectures": ["BgeM3EmbeddingModel"]}
+    assert args.hf_overrides == {"architectures": ["BgeM3OnePassModel"]}
 
 
 # -- blocks run here, and what they print ------------------------------------

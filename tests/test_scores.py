@@ -162,3 +162,35 @@ def test_weights_whose_sum_overflows_are_refused_by_name():
             {"query": "q", "documents": ["d"], "weights": [1e308, 1e308, 1e308]}
         )
     assert describe_validation_error(info.value)[1] == "data.weights"
+
+
+@pytest.mark.parametrize(
+    "modes", [["sparse"], ["dense", "sparse"], ["sparse+dense"], ["colbert+sparse+dense"]]
+)
+def test_pair_scores_of_some_modes_are_compute_scores_and_need_no_colbert_without_it(
+    flag_model, modes
+):
+    """Only the keys asked, in compute_score's order, each its value; where
+    no mode needs ColBERT, outputs without ColBERT vectors score the same."""
+    queries, passages = ["I love China"], ["China is a large country", "hi, bge-m3"]
+    out = flag_model.encode(
+        queries + passages, return_sparse=True, return_colbert_vecs=True, max_length=512
+    )
+    outputs = _outputs(out)
+    got = pair_scores(outputs, 1, [(0, 0), (0, 1)], None, modes)
+    for passage, scores in zip(passages, got):
+        want = flag_model.compute_score([(queries[0], passage)], max_query_length=512)
+        assert list(scores) == [key for key in want if key in modes]
+        for key in scores:
+            assert scores[key] == pytest.approx(want[key][0], rel=1e-5, abs=1e-6)
+    if not any("colbert" in mode for mode in modes):
+        no_colbert = ThreeOutputs(**{**vars(outputs), "colbert": []})
+        assert pair_scores(no_colbert, 1, [(0, 0), (0, 1)], None, modes) == got
+
+
+def test_an_unknown_mode_is_refused_by_name():
+    with pytest.raises(ValidationError) as exc:
+        ScoreRequest.model_validate({"query": "q", "documents": ["d"], "modes": ["lexical"]})
+    message, field = describe_validation_error(exc.value)
+    assert field == "data.modes[0]"
+    assert "'colbert', 'sparse', 'dense', 'sparse+dense' or 'colbert+sparse+dense'" in message

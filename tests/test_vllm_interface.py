@@ -9,7 +9,10 @@ an asyncio task, post-processing in a thread, as vLLM's server does) and
 offline, on pooled outputs laid out as BgeM3EmbeddingModel lays them out, and
 each item is compared with FlagEmbedding's loop (tests/support/reference.py); each
 call that vLLM's pooling path makes to a processor must bind to the plugin's
-method. Needs no conftest (the version script runs it with --noconftest).
+method. The plugin's one-pass model is registered by vLLM's own plugin loader,
+and its pooler, built as the model builds it, runs on hidden states and is
+compared with that vLLM's own poolers. Needs no conftest (the version script
+runs it with --noconftest).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import pytest
 import torch
 
 from bge_m3_sparse_plugin import HF_OVERRIDES, __version__, installed_vllm_version
+from bge_m3_sparse_plugin._config import ONE_PASS_ARCHITECTURE, VLLM_ARCHITECTURE
+from bge_m3_sparse_plugin._tasks import COLBERT_KWARG
 from bge_m3_sparse_plugin.serving.processor import BgeM3SparseProcessor
 from bge_m3_sparse_plugin.tiny_model import build_tiny_model
 
@@ -34,16 +39,24 @@ TEXTS = ["I love China", "hi, bge-m3", "China is a large country, and I love it"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory):
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("bge-m3-tiny"))
+
+
+def build(model_dir: Path, architecture: str = ONE_PASS_ARCHITECTURE):
     """The processor as vLLM builds it (its loader, a real config and
-    renderer), and the renderer's tokenizer."""
+    renderer), the renderer's tokenizer, the config and the renderer."""
     from vllm.config import DeviceConfig, ModelConfig, VllmConfig
+    from vllm.plugins import load_general_plugins
     from vllm.plugins.io_processors import get_io_processor
     from vllm.renderers import renderer_from_config
 
-    model = build_tiny_model(tmp_path_factory.mktemp("bge-m3-tiny"))
+    load_general_plugins()  # as vLLM's EngineArgs does before it builds a config
     model_config = ModelConfig(
-        model=str(model), runner="pooling", hf_overrides=HF_OVERRIDES, dtype="float32"
+        model=str(model_dir),
+        runner="pooling",
+        hf_overrides={"architectures": [architecture]},
+        dtype="float32",
     )
     # "cpu": a CUDA build on a machine without a GPU cannot infer a device.
     config = VllmConfig(model_config=model_config, device_config=DeviceConfig(device="cpu"))
@@ -51,6 +64,12 @@ def built(tmp_path_factory: pytest.TempPathFactory):
     found = get_io_processor(config, renderer, "bge_m3_sparse_plugin")
     assert isinstance(found, BgeM3SparseProcessor)
     return found, renderer.get_tokenizer(), config, renderer
+
+
+@pytest.fixture(scope="module")
+def built(model_dir: Path):
+    assert HF_OVERRIDES == {"architectures": [ONE_PASS_ARCHITECTURE]}
+    return build(model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -267,25 +286,53 @@ def test_the_version_under_test_is_supported():
     check_vllm_version(version)  # raises outside the supported range
 
 
-def test_vllms_own_factories_give_each_prompt_its_task(built, monkeypatch):
-    """A request for ColBERT beside sparse runs each input twice, and vLLM's
-    own request factory (online: one merge_pooling_params for the request;
-    offline: one per prompt) hands each prompt its task and verifies each."""
+def heads(cls, config):
+    """A model class's heads and the pooler it builds over them, on CPU: the
+    attributes BgeM3EmbeddingModel.__init__ sets before it builds its pooler
+    (the encoder itself needs vLLM's distributed state)."""
+    from vllm.config import set_current_vllm_config
+
+    hf = config.model_config.hf_config
+    module = cls.__new__(cls)
+    torch.nn.Module.__init__(module)
+    module.hidden_size, module.head_dtype = hf.hidden_size, torch.float32
+    module.bos_token_id, module.eos_token_id = hf.bos_token_id, hf.eos_token_id
+    with set_current_vllm_config(config):
+        return module, module._build_pooler(config.model_config.pooler_config)
+
+
+@pytest.mark.parametrize(
+    ("architecture", "want"),
+    [
+        # The plugin's model: each input once, asking for ColBERT beside.
+        (ONE_PASS_ARCHITECTURE, [("embed&token_classify", True)] * 2),
+        # vLLM's own: each input twice, one task each.
+        (VLLM_ARCHITECTURE, [("embed&token_classify", False)] * 2 + [("token_embed", False)] * 2),
+    ],
+)
+def test_vllms_own_factories_give_each_prompt_its_task(model_dir, architecture, want, monkeypatch):
+    """A request for ColBERT beside sparse runs each input once on the
+    plugin's model and twice on vLLM's, and vLLM's own request factory
+    (online: one merge_pooling_params for the request; offline: one per
+    prompt) hands each prompt its task, and its ColBERT key, and verifies each."""
     from vllm.entrypoints.pooling.pooling.io_processor import PluginWithIOProcessorPlugins
     from vllm.entrypoints.pooling.pooling.protocol import IOProcessorRequest
     from vllm.entrypoints.pooling.typing import PoolingServeContext
     from vllm.pooling_params import PoolingParams
     from vllm.renderers.chat_utils import ChatTemplateConfig
 
-    _, _, config, renderer = built
+    _, _, config, renderer = build(model_dir, architecture)
     monkeypatch.setattr(config.model_config, "io_processor_plugin", "bge_m3_sparse_plugin")
     factory = PluginWithIOProcessorPlugins(
         vllm_config=config, renderer=renderer, chat_template_config=ChatTemplateConfig()
     )
     data = {"input": TEXTS[:2], "return_colbert_vecs": True, "return_dense": True}
-    want = ["embed&token_classify"] * 2 + ["token_embed"] * 2
 
-    async def online() -> list[str]:
+    def asked(params) -> tuple[str, bool]:
+        assert params.use_activation is True
+        return params.task, bool((params.extra_kwargs or {}).get(COLBERT_KWARG))
+
+    async def online() -> list[tuple[str, bool]]:
         request = IOProcessorRequest(model="m", data=data)
         ctx = PoolingServeContext(
             request=request,
@@ -298,10 +345,97 @@ def test_vllms_own_factories_give_each_prompt_its_task(built, monkeypatch):
         )
         requests = factory.get_request_factory_online(ctx)
         ctx.pooling_params.verify(config.model_config)  # as _prepare_generators does
-        return [r["params"].task for r in requests]
+        return [asked(r["params"]) for r in requests]
 
     assert asyncio.run(online()) == want
     processor = factory.io_processor
     prompts = processor.pre_process(prompt=processor.parse_data(data))
-    offline = [processor.merge_pooling_params(PoolingParams()).task for _ in prompts]
+    offline = [asked(processor.merge_pooling_params(PoolingParams())) for _ in prompts]
     assert offline == want
+
+
+def test_the_one_pass_pooler_appends_vllms_own_colbert_vectors(built):
+    """The plugin's architecture resolves, through vLLM's registry, to its
+    model class; the pooler that class builds, run on this vLLM (CPU) over
+    hidden states of three prompts, gives the requests that ask exactly
+    vLLM's own embed&token_classify output followed by vLLM's own token_embed
+    vectors (BgeM3EmbeddingModel's poolers, same weights, same states), and
+    the others vLLM's output unchanged."""
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.roberta import BgeM3EmbeddingModel
+    from vllm.pooling_params import PoolingParams
+    from vllm.v1.pool.metadata import PoolingMetadata, PoolingStates
+
+    from bge_m3_sparse_plugin.serving._one_pass import BgeM3OnePassModel, OnePassPooler
+
+    _, tokenizer, config, _ = built
+    model_config = config.model_config
+    assert ModelRegistry.resolve_model_cls([ONE_PASS_ARCHITECTURE], model_config)[0] is (
+        BgeM3OnePassModel
+    )
+    hf = model_config.hf_config
+    ours, pooler = heads(BgeM3OnePassModel, config)
+    theirs, vllms = heads(BgeM3EmbeddingModel, config)
+    assert isinstance(pooler.poolers_by_task["embed&token_classify"], OnePassPooler)
+    assert set(pooler.get_supported_tasks()) == set(vllms.get_supported_tasks())
+    theirs.load_state_dict(ours.state_dict())  # sparse_linear, colbert_linear
+
+    ids = [tokenizer(text)["input_ids"] for text in TEXTS]
+    lens = [len(i) for i in ids]
+    states = torch.randn(sum(lens), hf.hidden_size, generator=torch.Generator().manual_seed(3))
+
+    def run(pooler, params):
+        padded = torch.zeros(len(ids), max(lens), dtype=torch.int64)
+        for row, seq in enumerate(ids):
+            padded[row, : len(seq)] = torch.tensor(seq)
+        metadata = PoolingMetadata(
+            prompt_lens=torch.tensor(lens),
+            prompt_token_ids=padded,
+            prompt_token_ids_cpu=padded,
+            pooling_params=params,
+            pooling_states=[PoolingStates() for _ in ids],
+        )
+        # query_start_loc given, as the model runner gives it: built here,
+        # a CUDA build would pin memory, which needs a GPU driver.
+        starts = torch.tensor([0, *np.cumsum(lens)])
+        metadata.build_pooling_cursor(
+            np.array(lens), torch.tensor(lens), torch.device("cpu"), starts
+        )
+        with torch.no_grad():
+            return [t.clone() for t in pooler(states, metadata)]
+
+    def params(task, colbert=False):
+        extra = {COLBERT_KWARG: True} if colbert else None
+        return PoolingParams(task=task, use_activation=True, extra_kwargs=extra)
+
+    asks = [True, False, True]
+    got = run(pooler, [params("embed&token_classify", ask) for ask in asks])
+    both = run(vllms, [params("embed&token_classify") for _ in ids])
+    vectors = run(vllms, [params("token_embed") for _ in ids])
+    for out, first, colbert, ask, n in zip(got, both, vectors, asks, lens):
+        assert colbert.shape == (n - 1, hf.hidden_size)  # BOS dropped
+        assert first.shape == (hf.hidden_size + n - 2,)  # BOS and EOS dropped
+        want = torch.cat([first, colbert.reshape(-1)]) if ask else first
+        assert torch.equal(out, want)
+    # Nobody asks: vLLM's pooler's output, as it is.
+    plain = run(pooler, [params("embed&token_classify") for _ in ids])
+    assert all(torch.equal(a, b) for a, b in zip(plain, both))
+
+
+def test_a_vllm_whose_poolers_moved_falls_back_to_two_passes(model_dir, monkeypatch):
+    """Where vLLM's DispatchPooler is not where the plugin looks, the
+    processor runs ColBERT beside sparse as a second pass, and the model
+    builds vLLM's own pooler: the two read the same check."""
+    import vllm.model_executor.layers.pooler.special as special
+
+    from bge_m3_sparse_plugin.serving._one_pass import BgeM3OnePassModel, OnePassPooler, missing
+
+    assert missing() is None
+    monkeypatch.delattr(special, "DispatchPooler")
+    assert "not where the plugin looks" in missing()
+    processor, _, config, _ = build(model_dir)
+    assert processor.one_pass is False
+    request = processor.parse_data({"input": TEXTS[:2], "return_colbert_vecs": True})
+    assert len(processor.pre_process(prompt=request)) == 4  # each input twice
+    _, pooler = heads(BgeM3OnePassModel, config)
+    assert not isinstance(pooler.poolers_by_task["embed&token_classify"], OnePassPooler)

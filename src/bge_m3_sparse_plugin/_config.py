@@ -31,11 +31,14 @@ __all__ = [
     "MAX_COLBERT_VALUES_ENV",
     "MAX_INPUTS_ENV",
     "MAX_PENDING_ENV",
+    "ONE_PASS_ARCHITECTURE",
+    "ONE_PASS_MODEL",
     "PLUGIN_NAME",
     "PROCESSOR_QUALNAME",
     "QUIET_WARNINGS",
     "SERVER_POOLER_CONFIG",
     "SUPPORTED_VLLM",
+    "VLLM_ARCHITECTURE",
     "VLLM_CPU_RELEASE",
     "Limits",
     "cpu_binding",
@@ -51,9 +54,18 @@ __all__ = [
 PLUGIN_NAME = "bge_m3_sparse_plugin"
 # What the entry point returns; vLLM imports it only when the plugin is chosen.
 PROCESSOR_QUALNAME = "bge_m3_sparse_plugin.serving.processor.BgeM3SparseProcessor"
-# vLLM must load bge-m3 (and the small model) as BgeM3EmbeddingModel, which
-# pools both the dense vector and the token weights.
-HF_OVERRIDES = {"architectures": ["BgeM3EmbeddingModel"]}
+# The plugin's own architecture: vLLM's BgeM3EmbeddingModel, whose
+# embed&token_classify pooling also gives the ColBERT vectors, from the same
+# forward pass, to the requests that ask (serving/_one_pass.py). The
+# vllm.general_plugins entry point registers it in every vLLM process.
+ONE_PASS_ARCHITECTURE = "BgeM3OnePassModel"
+ONE_PASS_MODEL = "bge_m3_sparse_plugin.serving._one_pass:BgeM3OnePassModel"
+# vLLM's own architecture for bge-m3, which the one above extends: a server
+# that loads the model as this one runs ColBERT beside sparse or dense as a
+# second pass of each input.
+VLLM_ARCHITECTURE = "BgeM3EmbeddingModel"
+# vLLM must load bge-m3 (and the small model) as the plugin's architecture.
+HF_OVERRIDES = {"architectures": [ONE_PASS_ARCHITECTURE]}
 # The vLLM minor versions whose IO-processor interface the plugin follows:
 # CI runs 0.32 (vllm-cpu), and 0.33 and 0.34 (the CUDA builds) for the
 # interface tests. pyproject.toml's extras are held to this by a test.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import __version__
-from ._config import HF_OVERRIDES, VLLM_CPU_RELEASE, cpu_binding, vllm_range
+from ._config import HF_OVERRIDES, ONE_PASS_ARCHITECTURE, VLLM_CPU_RELEASE, cpu_binding, vllm_range
 from ._missing import is_missing
 from ._model_length import positions
 from ._model_location import locate_model
@@ -246,14 +246,17 @@ def check_model(model: str) -> list[Finding]:
     flag = f"--hf-overrides '{json.dumps(HF_OVERRIDES)}'"
     if architectures == HF_OVERRIDES["architectures"]:
         findings.append(
-            Finding("ok", "architecture: BgeM3EmbeddingModel in config.json, no override needed")
+            Finding(
+                "ok", f"architecture: {ONE_PASS_ARCHITECTURE} in config.json, no override needed"
+            )
         )
     else:
         findings.append(
             Finding(
                 "advice",
-                f"architecture: {architectures} in config.json; vLLM must load it as BgeM3EmbeddingModel: "
-                f"serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
+                f"architecture: {architectures} in config.json; vLLM must load it as "
+                f"{ONE_PASS_ARCHITECTURE} (BgeM3EmbeddingModel, all three outputs from one "
+                f"pass): serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
             )
         )
     longest = positions(config)

@@ -14,10 +14,18 @@ import torch
 
 from ._formats import format_sparse
 from ._sparse import lexical_weights_flat, prune, split_pooled_outputs
-from ._tasks import GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE
+from ._tasks import DEFAULT_TASK, GIVES_COLBERT, GIVES_DENSE, GIVES_SPARSE, ONE_PASS_TASK
+from ._vectors import rows_to_base64, to_base64
 from .schemas import SparseEmbedding, SparseEmbeddingItem, SparseEmbeddingRequest
 
-__all__ = ["Model", "ThreeOutputs", "colbert_values", "embedding_items", "three_outputs"]
+__all__ = [
+    "Model",
+    "ThreeOutputs",
+    "colbert_values",
+    "embedding_items",
+    "split_colbert",
+    "three_outputs",
+]
 
 
 @dataclass(frozen=True)
@@ -41,18 +49,25 @@ def embedding_items(
     """One response item per input, holding what ``request`` asks for.
 
     The outputs come in ``len(tasks)`` runs of one output per input, each
-    run from one pooling task (``tasks_for``: sparse and dense, then ColBERT).
+    run from one pooling task (``tasks_for``: sparse and dense, then ColBERT;
+    or all three from the plugin's one task).
     """
     n = len(pooled) // len(tasks)
     sparse: list[SparseEmbedding | None] = [None] * n
-    dense: list[list[float] | None] = [None] * n
-    colbert: list[list[list[float]] | None] = [None] * n
+    dense: list[list[float] | str | None] = [None] * n
+    colbert: list[list[list[float]] | list[str] | None] = [None] * n
+    as_rows = _base64_rows if request.encoding_format == "base64" else _as_rows
     for k, task in enumerate(tasks):
         run = slice(k * n, (k + 1) * n)
-        if task in GIVES_COLBERT:
-            colbert = [_as_rows(data) for data in pooled[run]]
-        else:
-            sparse, dense = _sparse_and_dense(token_lists[run], pooled[run], request, task, model)
+        outputs = pooled[run]
+        if task == ONE_PASS_TASK:
+            outputs, vectors = split_colbert(token_lists[run], outputs, model)
+            colbert = [as_rows(data) for data in vectors]
+        elif task in GIVES_COLBERT:
+            colbert = [as_rows(data) for data in outputs]
+            continue
+        pooling_task = DEFAULT_TASK if task == ONE_PASS_TASK else task
+        sparse, dense = _sparse_and_dense(token_lists[run], outputs, request, pooling_task, model)
     return [
         SparseEmbeddingItem.model_construct(
             index=i,
@@ -78,12 +93,20 @@ class ThreeOutputs:
 
 
 def three_outputs(
-    token_lists: Sequence[Sequence[int]], pooled: Sequence[Any], model: Model
+    token_lists: Sequence[Sequence[int]],
+    pooled: Sequence[Any],
+    tasks: Sequence[str],
+    model: Model,
 ) -> ThreeOutputs:
-    """The outputs of a request that ran ``SCORE_TASKS`` (sparse and dense for
-    every input, then ColBERT for every input), as arrays."""
-    n = len(pooled) // 2
-    token_ids, token_lengths, values, value_lengths = _flattened(token_lists[:n], pooled[:n])
+    """The outputs of a request that ran ``score_tasks`` (sparse and dense for
+    every input, then ColBERT for every input; or all three at once), or
+    sparse and dense alone, as arrays."""
+    n = len(pooled) // len(tasks)
+    if tuple(tasks) == (ONE_PASS_TASK,):
+        first, vectors = split_colbert(token_lists, pooled, model)
+    else:  # sparse and dense, then ColBERT where asked (a score's modes may not)
+        first, vectors = list(pooled[:n]), list(pooled[n:])
+    token_ids, token_lengths, values, value_lengths = _flattened(token_lists[:n], first)
     ids, weights, n_weights, dense_starts = split_pooled_outputs(
         token_ids,
         token_lengths,
@@ -100,13 +123,56 @@ def three_outputs(
         sparse_ids=kept_ids,
         sparse_weights=kept_w,
         sparse_bounds=bounds,
-        colbert=[_as_matrix(data) for data in pooled[n:]],
+        colbert=[_as_matrix(data) for data in vectors],
     )
 
 
-def colbert_values(pooled: Sequence[Any]) -> int:
-    """How many values the ColBERT outputs ``pooled`` hold (tokens x hidden)."""
-    return sum(int(np.prod(getattr(data, "shape", np.shape(data)))) for data in pooled)
+def colbert_values(
+    token_lists: Sequence[Sequence[int]],
+    pooled: Sequence[Any],
+    tasks: Sequence[str],
+    model: Model,
+) -> int:
+    """How many ColBERT values (tokens x hidden) the outputs of ``tasks`` hold."""
+    n = len(pooled) // len(tasks)
+    total = 0
+    for k, task in enumerate(tasks):
+        if task == ONE_PASS_TASK:
+            rows = sum(_colbert_rows(ids, model) for ids in token_lists[k * n : (k + 1) * n])
+            total += rows * model.hidden_size
+        elif task in GIVES_COLBERT:
+            outputs = pooled[k * n : (k + 1) * n]
+            total += sum(int(np.prod(getattr(data, "shape", np.shape(data)))) for data in outputs)
+    return total
+
+
+def split_colbert(
+    token_lists: Sequence[Sequence[int]], pooled: Sequence[Any], model: Model
+) -> tuple[list[Any], list[Any]]:
+    """The outputs of ``ONE_PASS_TASK`` as ``DEFAULT_TASK``'s (the dense
+    vector, then the token weights) and each input's ColBERT vectors, a
+    (tokens - BOS, hidden) view of the rest: no copy."""
+    hidden = model.hidden_size
+    heads, vectors = [], []
+    for ids, data in zip(token_lists, pooled, strict=True):
+        rows = _colbert_rows(ids, model)
+        head = hidden + rows - (len(ids) > 0 and ids[-1] == model.eos_token_id and rows > 0)
+        size = len(data)
+        if size != head + rows * hidden:
+            raise ValueError(
+                f"the engine returned {size} values for a sequence of {len(ids)} tokens "
+                f"with its ColBERT vectors; expected {head + rows * hidden} (the dense "
+                f"vector, {head - hidden} token weights and {rows} vectors of {hidden})"
+            )
+        heads.append(data[:head])
+        vectors.append(data[head:].reshape(rows, hidden))
+    return heads, vectors
+
+
+def _colbert_rows(ids: Sequence[int], model: Model) -> int:
+    """An input's ColBERT vector count: one per token but a first BOS (as
+    FlagEmbedding and vLLM's token_embed pooler drop it)."""
+    return len(ids) - (len(ids) > 0 and ids[0] == model.bos_token_id)
 
 
 def _sparse_and_dense(
@@ -115,14 +181,14 @@ def _sparse_and_dense(
     request: SparseEmbeddingRequest,
     pooling_task: str,
     model: Model,
-) -> tuple[list[SparseEmbedding | None], list[list[float] | None]]:
+) -> tuple[list[SparseEmbedding | None], list[list[float] | str | None]]:
     """Each output's sparse entries and dense vector, as the request asks
     (None where it does not)."""
     n = len(pooled)
     token_ids, token_lengths, values, value_lengths = _flattened(token_lists, pooled)
     dense_size = model.hidden_size if pooling_task in GIVES_DENSE else 0
     sparse: list[SparseEmbedding | None] = [None] * n
-    dense: list[list[float] | None] = [None] * n
+    dense: list[list[float] | str | None] = [None] * n
     if pooling_task in GIVES_SPARSE:
         ids, weights, n_weights, dense_starts = split_pooled_outputs(
             token_ids,
@@ -138,7 +204,8 @@ def _sparse_and_dense(
     else:  # a task that gives dense only
         dense_starts = np.cumsum(value_lengths) - value_lengths
     if request.return_dense:
-        dense = [values[start : start + dense_size].tolist() for start in dense_starts.tolist()]
+        vector = to_base64 if request.encoding_format == "base64" else np.ndarray.tolist
+        dense = [vector(values[start : start + dense_size]) for start in dense_starts.tolist()]
     return sparse, dense
 
 
@@ -175,23 +242,29 @@ def _flattened(
 
 
 def _as_matrix(data: Any) -> np.ndarray:
-    """One output's token vectors as a float32 array (no copy when they are one)."""
+    """One output's values as a float32 array: a view of the engine's CPU
+    float32 tensor (the usual case), converted only where it is not one."""
     if isinstance(data, torch.Tensor):
-        return data.to("cpu", torch.float32).numpy()
+        if data.dtype != torch.float32 or data.device.type != "cpu":
+            data = data.to("cpu", torch.float32)
+        array: np.ndarray = data.numpy()
+        return array
     return np.asarray(data, dtype=np.float32)
 
 
 def _as_rows(data: Any) -> list[list[float]]:
     """One output's token vectors as float32 values in nested lists."""
-    if isinstance(data, torch.Tensor):
-        rows: list[list[float]] = data.to("cpu", torch.float32).tolist()
-    else:
-        rows = np.asarray(data, dtype=np.float32).tolist()
+    rows: list[list[float]] = _as_matrix(data).tolist()
     return rows
 
 
+def _base64_rows(data: Any) -> list[str]:
+    """One output's token vectors, each its float32 bytes in base64."""
+    return rows_to_base64(_as_matrix(data))
+
+
 def _as_float32(pooled: Sequence[Any]) -> np.ndarray:
-    """The outputs' data, concatenated, as one float32 array."""
-    if all(isinstance(p, torch.Tensor) for p in pooled):
-        return torch.cat([p.reshape(-1) for p in pooled]).to("cpu", torch.float32).numpy()
-    return np.concatenate([np.asarray(p, dtype=np.float32).reshape(-1) for p in pooled])
+    """The outputs' data, concatenated, as one float32 array (one output: a
+    view of it). A torch op costs tens of microseconds; a view, one."""
+    arrays = [_as_matrix(p).reshape(-1) for p in pooled]
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)

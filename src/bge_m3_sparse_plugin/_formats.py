@@ -17,6 +17,7 @@ from typing import Any, Literal, get_args
 
 __all__ = [
     "SPARSE_FORMATS",
+    "EncodingFormat",
     "SparseFormat",
     "format_sparse",
     "weight_dict",
@@ -24,6 +25,8 @@ __all__ = [
 
 SparseFormat = Literal["token_weights", "lexical_weights", "indices_values"]
 SPARSE_FORMATS: tuple[SparseFormat, ...] = get_args(SparseFormat)
+# How the dense and ColBERT vectors travel (_vectors.py reads and writes both).
+EncodingFormat = Literal["float", "base64"]
 
 
 def format_sparse(

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._formats import weight_dict
-from .schemas import SCORE_KEYS
+from .schemas import SCORE_KEYS, needs_colbert
 
 if TYPE_CHECKING:
     from ._embeddings import ThreeOutputs
@@ -108,11 +108,15 @@ def pair_scores(
     n_queries: int,
     pairs: Sequence[tuple[int, int]],
     weights: Sequence[float] | None = None,
+    modes: Sequence[str] | None = None,
 ) -> list[dict[str, float]]:
-    """``compute_score``'s five keys for each ``(query index, passage index)``
-    pair, from the request's outputs as arrays: the distinct queries first,
-    then the distinct passages (the passage index counts from the first
-    passage). Builds no Python object per vector value."""
+    """``compute_score``'s five keys (or those of ``modes``, in its order) for
+    each ``(query index, passage index)`` pair, from the request's outputs as
+    arrays: the distinct queries first, then the distinct passages (the
+    passage index counts from the first passage). Builds no Python object per
+    vector value. Where no mode needs ColBERT, ``outputs`` may hold none."""
+    keys = SCORE_KEYS if modes is None else tuple(k for k in SCORE_KEYS if k in modes)
+    with_colbert = needs_colbert(keys)
     dense, colbert = outputs.dense, outputs.colbert
     ids, values = outputs.sparse_ids, outputs.sparse_weights
     bounds = outputs.sparse_bounds.tolist()
@@ -120,14 +124,13 @@ def pair_scores(
     for q, passage in pairs:
         p = n_queries + passage
         q_part, p_part = slice(bounds[q], bounds[q + 1]), slice(bounds[p], bounds[p + 1])
-        scores.append(
-            m3_scores(
-                dense_score(dense[q], dense[p]),
-                _lexical_score(ids[q_part], values[q_part], ids[p_part], values[p_part]),
-                colbert_score(colbert[q], colbert[p]),
-                weights,
-            )
+        five = m3_scores(
+            dense_score(dense[q], dense[p]),
+            _lexical_score(ids[q_part], values[q_part], ids[p_part], values[p_part]),
+            colbert_score(colbert[q], colbert[p]) if with_colbert else 0.0,
+            weights,
         )
+        scores.append(five if keys == SCORE_KEYS else {k: five[k] for k in keys})
     return scores
 
 

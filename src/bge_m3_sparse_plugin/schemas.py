@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -20,12 +21,16 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from ._config import DEFAULT_MAX_QUERY_LENGTH
-from ._formats import SparseFormat
+from ._formats import EncodingFormat, SparseFormat
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "SCORE_KEYS",
     "IndicesValues",
     "ScoreItem",
+    "ScoreMode",
     "ScoreRequest",
     "ScoreResponse",
     "SparseEmbedding",
@@ -36,6 +41,7 @@ __all__ = [
     "SparseToken",
     "describe_validation_error",
     "is_score_request",
+    "needs_colbert",
 ]
 
 Input = str | list[str] | list[int] | list[list[int]]
@@ -181,8 +187,16 @@ class SparseEmbeddingRequest(BaseModel):
         default=False,
         description=(
             "Return the ColBERT multi-vectors (one normalised vector per token but "
-            "the first, as FlagEmbedding). Beside sparse or dense, each input runs "
-            "twice: once for those, once for the ColBERT vectors."
+            "the first, as FlagEmbedding), from the same pass as sparse and dense."
+        ),
+    )
+    encoding_format: EncodingFormat = Field(
+        default="float",
+        description=(
+            "How dense_embedding and colbert_vecs travel: float, JSON numbers; base64, "
+            "each vector's little-endian float32 bytes in base64 (one string for the dense "
+            "vector, one per ColBERT vector), as OpenAI's and vLLM's /v1/embeddings. "
+            "Sparse entries are the same in both."
         ),
     )
     sparse_format: SparseFormat = Field(
@@ -247,8 +261,27 @@ class SparseEmbeddingItem(BaseModel):
     index: int
     object: Literal["sparse-embedding"] = "sparse-embedding"
     sparse_embedding: SparseEmbedding | None = None
-    dense_embedding: list[float] | None = None
-    colbert_vecs: list[list[float]] | None = None
+    # JSON numbers, or base64 (the request's encoding_format): _vectors.py
+    # reads either as numpy, and so do dense_array and colbert_array.
+    dense_embedding: list[float] | str | None = None
+    colbert_vecs: list[list[float]] | list[str] | None = None
+
+    def dense_array(self) -> np.ndarray | None:
+        """The dense vector as float32, whichever encoding it came in."""
+        if self.dense_embedding is None:
+            return None
+        from ._vectors import vector_from_wire  # numpy: not needed to import the client
+
+        return vector_from_wire(self.dense_embedding)
+
+    def colbert_array(self) -> np.ndarray | None:
+        """The ColBERT vectors as a (tokens, hidden) float32 array, whichever
+        encoding they came in."""
+        if self.colbert_vecs is None:
+            return None
+        from ._vectors import matrix_from_wire
+
+        return matrix_from_wire(self.colbert_vecs)
 
     @model_serializer(mode="wrap")
     def _drop_unrequested(self, handler: Any) -> dict[str, Any]:
@@ -293,8 +326,16 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 
 # Scoring: FlagEmbedding's compute_score, served.
 
-# compute_score's keys, in its order: each pair's ``scores`` holds them all.
+# compute_score's keys, in its order: each pair's ``scores`` holds them all,
+# or those a request's ``modes`` name.
 SCORE_KEYS = ("colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense")
+ScoreMode = Literal["colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense"]
+
+
+def needs_colbert(modes: Sequence[str] | None) -> bool:
+    """Whether scores of ``modes`` (None: all five) need the ColBERT vectors."""
+    return modes is None or any("colbert" in mode for mode in modes)
+
 
 # "" too: compute_score takes it, as <s></s>.
 _Text = Annotated[str, Field(strict=True), AfterValidator(_utf8_text)]
@@ -329,6 +370,13 @@ class ScoreRequest(BaseModel):
         description=(
             "Cut each passage at this many tokens, </s> kept; by default, and at most, "
             "the model's length on this server."
+        ),
+    )
+    modes: Annotated[list[ScoreMode], Field(min_length=1)] | None = Field(
+        default=None,
+        description=(
+            "The scores to compute, of compute_score's keys; all five by default. "
+            "Without 'colbert' and 'colbert+sparse+dense', no ColBERT vector is computed."
         ),
     )
 

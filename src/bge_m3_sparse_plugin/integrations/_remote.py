@@ -111,7 +111,7 @@ class Remote:
                 f"batch_size must be 1 to {cap} (the plugin's inputs per request, "
                 f"{MAX_INPUTS_ENV}), got {batch_size}"
             )
-        for name in ("return_sparse", "return_dense", "sparse_format", "input"):
+        for name in ("return_sparse", "return_dense", "sparse_format", "encoding_format", "input"):
             if name in request_options:
                 raise TypeError(f"{name} is set by the adapter, not a request option")
         self.base_url, self.model, self.api_key, self.timeout = base_url, model, api_key, timeout
@@ -141,6 +141,7 @@ class Remote:
         return {
             **self.request_options,
             "sparse_format": "indices_values",
+            "encoding_format": "base64",  # the dense vector: decoded in _after
             "return_sparse": True,
             "return_dense": self.return_dense or half == "dense",
         }
@@ -154,7 +155,7 @@ class Remote:
             Vectors(
                 item.sparse_embedding["indices"],
                 item.sparse_embedding["values"],
-                item.dense_embedding,
+                None if item.dense_embedding is None else item.dense_array().tolist(),
             )
             for response in responses
             for item in response.data

@@ -79,6 +79,8 @@ class RerankerSettings(BaseModel):
             "weights": self.weights,
             "max_query_length": self.max_query_length,
             "max_passage_length": self.max_passage_length,
+            # The one score it ranks by: a mode without ColBERT computes none.
+            "modes": [self.mode],
         }
 
     def _scores(self, query: str, texts: list[str]) -> list[dict[str, float]]:

@@ -191,6 +191,7 @@ class BgeM3Ranker(_Saved):
             "weights": self.weights,
             "max_query_length": max_query_length,
             "max_passage_length": max_passage_length,
+            "modes": [self.mode],  # the one score it ranks by (as _rerank.py)
         }
         self.remote = Remote(base_url, model, api_key=_key(api_key), timeout=timeout)
 

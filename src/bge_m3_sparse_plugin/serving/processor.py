@@ -30,14 +30,21 @@ from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
 from .._checks import check_colbert_values, check_counts, check_lengths, check_limits
-from .._config import MAX_PENDING_ENV, Limits
+from .._config import MAX_PENDING_ENV, ONE_PASS_ARCHITECTURE, VLLM_ARCHITECTURE, Limits
 from .._embeddings import Model, colbert_values, embedding_items, three_outputs
 from .._exceptions import IdInUse, RequestError, TooManyPending
 from .._model_length import max_tokens
 from .._prompts import prompts_for, score_plan, tokenize
 from .._scores import pair_scores
 from .._sparse import start_compiling
-from .._tasks import COLBERT_TASK, DEFAULT_TASK, SCORE_TASKS, Wants, tasks_for
+from .._tasks import (
+    COLBERT_KWARG,
+    DEFAULT_TASK,
+    ONE_PASS_TASK,
+    Wants,
+    score_tasks,
+    tasks_for,
+)
 from .._tokens import TokenDecoder, special_token_ids
 from ..schemas import (
     ScoreItem,
@@ -48,6 +55,7 @@ from ..schemas import (
     SparseEmbeddingUsage,
     describe_validation_error,
     is_score_request,
+    needs_colbert,
 )
 from ._guard import guard_model_routes
 from ._metrics import set_pending
@@ -76,6 +84,8 @@ class _ScoreOptions:
     n_queries: int  # the prompts are the distinct queries, then the distinct passages
     pairs: list[tuple[int, int]]
     weights: tuple[float, float, float] | None
+    modes: tuple[str, ...] | None  # the scores asked; None: all five
+    tasks: tuple[str, ...]  # score_tasks (one pass or two), or DEFAULT_TASK alone
 
 
 Request = SparseEmbeddingRequest | ScoreRequest
@@ -125,6 +135,11 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
     whatever task the server was started with; and, for a ``data`` with
     query and documents or pairs, FlagEmbedding's ``compute_score``.
 
+    On the plugin's model (``BgeM3OnePassModel``, ``_one_pass.py``) all three
+    come from one pass of each input; on another (vLLM's
+    BgeM3EmbeddingModel), ColBERT beside sparse or dense is a second pass,
+    and the log says so once (``_pools_in_one_pass``).
+
     Per-request options travel from ``pre_process`` to ``post_process``: online
     in a map of the requests in flight keyed by request id, which refuses a
     second request in flight with the same id (409); offline, where vLLM
@@ -172,6 +187,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
             decode=TokenDecoder(tokenizer).decode,
         )
         self.limits = Limits.from_env()
+        self.one_pass = _pools_in_one_pass(model_config.architecture)
         self.pending: PendingRequests[_Options | _ScoreOptions] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
@@ -220,7 +236,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         wants = Wants(prompt.return_sparse, prompt.return_dense, prompt.return_colbert_vecs)
         inputs, single = prompt.inputs(), prompt.is_single()
         with _as_400():
-            tasks = tasks_for(wants)
+            tasks = tasks_for(wants, self.one_pass)
             check_limits(inputs, self.limits.max_inputs, self.limits.max_chars)
             prompts = prompts_for(inputs, single, self.vocab_size)
         options = _Options(
@@ -251,10 +267,16 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
                 *tokenize(self._cutting_tokenizer, plan.passages, plan.passage_cut),
             ]
         prompts = [{"prompt_token_ids": ids} for ids in token_lists]
+        modes = None if request.modes is None else tuple(request.modes)
+        tasks = score_tasks(self.one_pass) if needs_colbert(modes) else (DEFAULT_TASK,)
         options = _ScoreOptions(
-            n_queries=len(plan.queries), pairs=plan.pairs, weights=request.weights
+            n_queries=len(plan.queries),
+            pairs=plan.pairs,
+            weights=request.weights,
+            modes=modes,
+            tasks=tasks,
         )
-        return self._prompts(request_id, options, prompts, SCORE_TASKS)
+        return self._prompts(request_id, options, prompts, tasks)
 
     def _prompts(
         self,
@@ -331,12 +353,10 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         with _as_400():
             check_lengths([len(ids) for ids in inputs], options.single, self.max_tokens)
         pooled = [out.outputs.data for out in model_output]
-        if COLBERT_TASK in options.tasks:
-            n = len(inputs)
-            colbert_run = options.tasks.index(COLBERT_TASK)
+        if options.request.return_colbert_vecs:
             with _as_400():
                 check_colbert_values(
-                    colbert_values(pooled[colbert_run * n : (colbert_run + 1) * n]),
+                    colbert_values(token_lists, pooled, options.tasks, self.model),
                     self.limits.max_colbert_values,
                 )
         items = embedding_items(token_lists, pooled, options.request, options.tasks, self.model)
@@ -351,9 +371,12 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
     ) -> ScoreResponse:
         token_lists = [out.prompt_token_ids or [] for out in model_output]
         pooled = [out.outputs.data for out in model_output]
-        outputs = three_outputs(token_lists, pooled, self.model)
-        scores = pair_scores(outputs, options.n_queries, options.pairs, options.weights)
-        prompt_tokens = sum(map(len, token_lists[: len(token_lists) // 2]))  # the first run
+        outputs = three_outputs(token_lists, pooled, options.tasks, self.model)
+        scores = pair_scores(
+            outputs, options.n_queries, options.pairs, options.weights, options.modes
+        )
+        inputs = token_lists[: len(token_lists) // len(options.tasks)]  # the first run
+        prompt_tokens = sum(map(len, inputs))
         return ScoreResponse(
             data=[ScoreItem(index=i, scores=s) for i, s in enumerate(scores)],
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
@@ -384,9 +407,43 @@ def _own_copy(tokenizer: Any) -> Any:
 
 
 def _with_task(params: PoolingParams, task: str) -> PoolingParams:
+    if task == ONE_PASS_TASK:  # the plugin's model: DEFAULT_TASK, ColBERT appended
+        params.extra_kwargs = {**(params.extra_kwargs or {}), COLBERT_KWARG: True}
+        task = DEFAULT_TASK
     params.task = cast(Any, task)  # one of BgeM3EmbeddingModel's pooling tasks
     params.use_activation = True
     return params
+
+
+def _pools_in_one_pass(architecture: str) -> bool:
+    """Whether the engine's model gives all three outputs from one pass; if
+    not, why, once in the log (each API-server process builds one processor)."""
+    advice = f'--hf-overrides \'{{"architectures": ["{ONE_PASS_ARCHITECTURE}"]}}\''
+    if architecture != ONE_PASS_ARCHITECTURE:
+        logger.warning(
+            "bge_m3_sparse_plugin: the model is loaded as %s, not %s: a request for ColBERT "
+            "beside sparse or dense, and each score, runs its inputs twice (%s, then %s); "
+            "serve with %s for one pass",
+            architecture,
+            ONE_PASS_ARCHITECTURE,
+            DEFAULT_TASK,
+            "token_embed",
+            advice,
+        )
+        return False
+    from ._one_pass import missing  # vLLM's model classes: imported only for this model
+
+    reason = missing()
+    if reason is not None:
+        logger.warning(
+            "bge_m3_sparse_plugin: %s; %s pools as %s, and a request for ColBERT beside "
+            "sparse or dense, and each score, runs its inputs twice",
+            reason,
+            ONE_PASS_ARCHITECTURE,
+            VLLM_ARCHITECTURE,
+        )
+        return False
+    return True
 
 
 def _header_value(request_id: str) -> str:
