@@ -95,8 +95,8 @@ def main() -> None:
             f"  {name:<60} median {m:6.2f} s  {args.docs / m:7.1f} docs/s  "
             f"{m / base:5.2f}x sparse's time  (rounds: {', '.join(f'{v:.2f}' for v in values)})"
         )
-    ratio = base / median(times["sparse" + BEFORE])
-    print(f"  sparse on the README's server / on vLLM's model: {ratio:.3f}x the speed")
+    speed = median(times["sparse" + BEFORE]) / base
+    print(f"  sparse on the README's server / on vLLM's model: {speed:.3f}x the speed")
     print(f"  os.cpu_count() = {os.cpu_count()}")
 
 
