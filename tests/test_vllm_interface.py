@@ -434,8 +434,8 @@ def test_a_vllm_whose_poolers_moved_falls_back_to_two_passes(model_dir, monkeypa
     monkeypatch.delattr(special, "DispatchPooler")
     assert "not where the plugin looks" in missing()
     processor, _, config, _ = build(model_dir)
-    assert processor.one_pass is False
     request = processor.parse_data({"input": TEXTS[:2], "return_colbert_vecs": True})
     assert len(processor.pre_process(prompt=request)) == 4  # each input twice
+    assert processor.one_pass is False
     _, pooler = heads(BgeM3OnePassModel, config)
     assert not isinstance(pooler.poolers_by_task["embed&token_classify"], OnePassPooler)

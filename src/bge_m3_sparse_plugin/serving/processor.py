@@ -138,7 +138,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
     On the plugin's model (``BgeM3OnePassModel``, ``_one_pass.py``) all three
     come from one pass of each input; on another (vLLM's
     BgeM3EmbeddingModel), ColBERT beside sparse or dense is a second pass,
-    and the log says so once (``_pools_in_one_pass``).
+    and the log says so once (``_loaded_as_one_pass``, ``one_pass``).
 
     Per-request options travel from ``pre_process`` to ``post_process``: online
     in a map of the requests in flight keyed by request id, which refuses a
@@ -187,11 +187,25 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
             decode=TokenDecoder(tokenizer).decode,
         )
         self.limits = Limits.from_env()
-        self.one_pass = _pools_in_one_pass(model_config.architecture)
+        # Whether the engine pools all three in one pass: False at once for
+        # another architecture; for the plugin's, read on first use
+        # (``one_pass``), since the check imports vLLM's model code (half a
+        # second, not spent on start-up).
+        self._one_pass = None if _loaded_as_one_pass(model_config.architecture) else False
+        self._checking = threading.Lock()
         self.pending: PendingRequests[_Options | _ScoreOptions] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
         set_pending(0)  # on /metrics from the start, not from the first request
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether ColBERT beside sparse or dense comes from the same pass."""
+        if self._one_pass is None:
+            with self._checking:
+                if self._one_pass is None:
+                    self._one_pass = _pieces_present()
+        return self._one_pass
 
     def parse_data(self, data: object) -> Request:
         if isinstance(data, (SparseEmbeddingRequest, ScoreRequest)):
@@ -236,7 +250,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         wants = Wants(prompt.return_sparse, prompt.return_dense, prompt.return_colbert_vecs)
         inputs, single = prompt.inputs(), prompt.is_single()
         with _as_400():
-            tasks = tasks_for(wants, self.one_pass)
+            tasks = tasks_for(wants, wants.colbert and self.one_pass)  # checked when it matters
             check_limits(inputs, self.limits.max_inputs, self.limits.max_chars)
             prompts = prompts_for(inputs, single, self.vocab_size)
         options = _Options(
@@ -415,9 +429,9 @@ def _with_task(params: PoolingParams, task: str) -> PoolingParams:
     return params
 
 
-def _pools_in_one_pass(architecture: str) -> bool:
-    """Whether the engine's model gives all three outputs from one pass; if
-    not, why, once in the log (each API-server process builds one processor)."""
+def _loaded_as_one_pass(architecture: str) -> bool:
+    """Whether the engine's model is the plugin's one-pass architecture; if
+    not, says so once in the log (each API-server process builds one processor)."""
     advice = f'--hf-overrides \'{{"architectures": ["{ONE_PASS_ARCHITECTURE}"]}}\''
     if architecture != ONE_PASS_ARCHITECTURE:
         logger.warning(
@@ -431,9 +445,18 @@ def _pools_in_one_pass(architecture: str) -> bool:
             advice,
         )
         return False
-    from ._one_pass import missing  # vLLM's model classes: imported only for this model
+    return True
 
-    reason = missing()
+
+def _pieces_present() -> bool:
+    """Whether this vLLM has the pieces the one-pass model extends (the
+    model's own check, ``_one_pass.missing``); if not, says so once."""
+    try:
+        from ._one_pass import missing  # vLLM's model code: imported only for this model
+    except ImportError as exc:  # vLLM's BgeM3EmbeddingModel itself moved
+        reason: str | None = f"the plugin's model cannot be imported ({exc})"
+    else:
+        reason = missing()
     if reason is not None:
         logger.warning(
             "bge_m3_sparse_plugin: %s; %s pools as %s, and a request for ColBERT beside "
