@@ -25,6 +25,7 @@ second pass (``processor.py``); both read the same :func:`missing`.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Set
 from typing import Any
@@ -42,13 +43,17 @@ logger = logging.getLogger("vllm.plugins." + __name__)
 
 def missing() -> str | None:
     """Why this vLLM cannot pool all three outputs in one pass, or None."""
+    where = "vllm.model_executor.layers.pooler.special"
     try:
-        from vllm.model_executor.layers.pooler.special import DispatchPooler
+        special = importlib.import_module(where)
     except ImportError as exc:
         return f"vLLM's poolers are not where the plugin looks for them ({exc})"
-    for cls, attribute in ((BgeM3EmbeddingModel, "_build_pooler"), (DispatchPooler, "__init__")):
-        if not hasattr(cls, attribute):
-            return f"vLLM's {cls.__name__} has no {attribute}"
+    if not hasattr(special, "DispatchPooler"):
+        return (
+            f"vLLM's poolers are not where the plugin looks for them (no DispatchPooler in {where})"
+        )
+    if not hasattr(BgeM3EmbeddingModel, "_build_pooler"):
+        return "vLLM's BgeM3EmbeddingModel has no _build_pooler"
     return None
 
 
