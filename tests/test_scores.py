@@ -194,3 +194,11 @@ def test_an_unknown_mode_is_refused_by_name():
     message, field = describe_validation_error(exc.value)
     assert field == "data.modes[0]"
     assert "'colbert', 'sparse', 'dense', 'sparse+dense' or 'colbert+sparse+dense'" in message
+
+
+def test_an_empty_list_of_modes_is_refused_by_name():
+    with pytest.raises(ValidationError) as exc:
+        ScoreRequest.model_validate({"query": "q", "documents": ["d"], "modes": []})
+    assert describe_validation_error(exc.value)[1] == "data.modes"
+    one = ScoreRequest.model_validate({"query": "q", "documents": ["d"], "modes": ["dense"]})
+    assert one.modes == ["dense"]

@@ -115,12 +115,14 @@ def pair_scores(
     arrays: the distinct queries first, then the distinct passages (the
     passage index counts from the first passage). Builds no Python object per
     vector value. Where no mode needs ColBERT, ``outputs`` may hold none."""
-    keys = SCORE_KEYS if modes is None else tuple(k for k in SCORE_KEYS if k in modes)
+    keys: tuple[str, ...] = (
+        SCORE_KEYS if modes is None else tuple(k for k in SCORE_KEYS if k in modes)
+    )
     with_colbert = needs_colbert(keys)
     dense, colbert = outputs.dense, outputs.colbert
     ids, values = outputs.sparse_ids, outputs.sparse_weights
     bounds = outputs.sparse_bounds.tolist()
-    scores = []
+    scores: list[dict[str, float]] = []
     for q, passage in pairs:
         p = n_queries + passage
         q_part, p_part = slice(bounds[q], bounds[q + 1]), slice(bounds[p], bounds[p + 1])

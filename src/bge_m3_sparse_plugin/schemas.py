@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_args
 
 from pydantic import (
     AfterValidator,
@@ -328,8 +328,8 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
 
 # compute_score's keys, in its order: each pair's ``scores`` holds them all,
 # or those a request's ``modes`` name.
-SCORE_KEYS = ("colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense")
 ScoreMode = Literal["colbert", "sparse", "dense", "sparse+dense", "colbert+sparse+dense"]
+SCORE_KEYS: tuple[ScoreMode, ...] = get_args(ScoreMode)
 
 
 def needs_colbert(modes: Sequence[str] | None) -> bool:

@@ -39,6 +39,7 @@ from .._scores import pair_scores
 from .._sparse import start_compiling
 from .._tasks import (
     COLBERT_KWARG,
+    COLBERT_TASK,
     DEFAULT_TASK,
     ONE_PASS_TASK,
     Wants,
@@ -441,7 +442,7 @@ def _loaded_as_one_pass(architecture: str) -> bool:
             architecture,
             ONE_PASS_ARCHITECTURE,
             DEFAULT_TASK,
-            "token_embed",
+            COLBERT_TASK,
             advice,
         )
         return False
