@@ -385,7 +385,13 @@ def test_openapi_schema_fuzz(server):
         @FUZZ_SETTINGS
         @given(case=operation.as_strategy())
         def run(case: Any) -> None:
-            resp = client.post("/pooling", json=case.body, headers=case.headers or {})
+            headers = dict(case.headers or {})
+            if is_known_vllm_500(case.body):
+                # uvicorn closes the connection after that 500 without saying
+                # so (docs/serving.md, known issues): a next request sent on it
+                # at once is reset (a CI run's "Connection reset by peer").
+                headers["Connection"] = "close"
+            resp = client.post("/pooling", json=case.body, headers=headers)
             check_answer_any(resp, case.body)
 
         run()
