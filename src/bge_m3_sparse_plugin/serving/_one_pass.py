@@ -34,6 +34,7 @@ import torch
 from vllm.model_executor.layers.pooler import Pooler
 from vllm.model_executor.models.roberta import BgeM3EmbeddingModel
 
+from .._config import VLLM_ARCHITECTURE, hf_overrides_flag
 from .._tasks import COLBERT_KWARG, COLBERT_TASK, DEFAULT_TASK
 
 __all__ = ["BgeM3OnePassModel", "OnePassPooler", "missing"]
@@ -122,7 +123,7 @@ class BgeM3OnePassModel(BgeM3EmbeddingModel):
                 f"bge_m3_sparse_plugin: BgeM3EmbeddingModel's pooler on this vLLM is "
                 f"{type(pooler).__name__} with tasks {sorted(by_task)}, not the "
                 f"{DEFAULT_TASK} and {COLBERT_TASK} poolers the one-pass model extends; "
-                'serve with --hf-overrides \'{"architectures": ["BgeM3EmbeddingModel"]}\' '
+                f"serve with {hf_overrides_flag(VLLM_ARCHITECTURE)} "
                 "(ColBERT beside sparse or dense then runs as a second pass)"
             )
         by_task[DEFAULT_TASK] = OnePassPooler(by_task[DEFAULT_TASK], by_task[COLBERT_TASK])

@@ -30,7 +30,13 @@ from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
 from .._checks import check_colbert_values, check_counts, check_lengths, check_limits
-from .._config import MAX_PENDING_ENV, ONE_PASS_ARCHITECTURE, VLLM_ARCHITECTURE, Limits
+from .._config import (
+    MAX_PENDING_ENV,
+    ONE_PASS_ARCHITECTURE,
+    VLLM_ARCHITECTURE,
+    Limits,
+    hf_overrides_flag,
+)
 from .._embeddings import Model, colbert_values, embedding_items, three_outputs
 from .._exceptions import IdInUse, RequestError, TooManyPending
 from .._model_length import max_tokens
@@ -433,7 +439,6 @@ def _with_task(params: PoolingParams, task: str) -> PoolingParams:
 def _loaded_as_one_pass(architecture: str) -> bool:
     """Whether the engine's model is the plugin's one-pass architecture; if
     not, says so once in the log (each API-server process builds one processor)."""
-    advice = f'--hf-overrides \'{{"architectures": ["{ONE_PASS_ARCHITECTURE}"]}}\''
     if architecture != ONE_PASS_ARCHITECTURE:
         logger.warning(
             "bge_m3_sparse_plugin: the model is loaded as %s, not %s: a request for ColBERT "
@@ -443,7 +448,7 @@ def _loaded_as_one_pass(architecture: str) -> bool:
             ONE_PASS_ARCHITECTURE,
             DEFAULT_TASK,
             COLBERT_TASK,
-            advice,
+            hf_overrides_flag(),
         )
         return False
     return True
