@@ -5,9 +5,42 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-# Both sides run in fp32 on the CPU; only the kernels differ.
+# Every tolerance of the parity suite, in one place.
+#
+# At float32 both sides run in fp32 on the CPU; only the kernels differ.
 RTOL = 1e-5
 ATOL = 1e-6
+
+# At half precision (float16, bfloat16: what vLLM's dtype="auto" runs bge-m3
+# at, and FlagEmbedding's use_fp16 / use_bf16), no fixed tolerance holds: the
+# error is the precision's own. The criterion is relative instead: the plugin
+# at a half precision is no further from FlagEmbedding at float32 than
+# FlagEmbedding itself is at that precision. Each measure is
+# tests/support/drift.py's, of both runs against FlagEmbedding at float32 on
+# the same texts, in the same test run, so no figure of one CPU is written
+# here. The bounds, as measured (benchmarks/RESULTS.md, section 19: the
+# plugin's median sparse drift was 0.6x to 0.8x FlagEmbedding's, its largest
+# errors 0.5x to 1.3x, on three models):
+HALF_PRECISIONS = ("float16", "bfloat16")
+# The median relative error of the sparse weights: the bar.
+DRIFT_RATIO = 1.25
+# The largest errors (one weight, one vector, one score each): one value of
+# each run, so noisier than the median; the plugin may be up to twice
+# FlagEmbedding's there.
+MAX_DRIFT_RATIO = 2.0
+# A weight under this share of its text's largest weight is "near zero": its
+# relative error says little (a weight of 1e-5 off by 1e-5 is 100 % off), so
+# the relative errors leave it out, and it is the only kind of weight that
+# may be on one side alone (a token set that changes elsewhere fails).
+NEAR_ZERO_SHARE = 0.01
+# Of FlagEmbedding's top-10 tokens of a text, the plugin may keep one fewer
+# than FlagEmbedding at the same precision keeps.
+TOP_K_SLACK = 0.1
+# The heads (sparse, dense's normalisation, ColBERT) run at float32 on
+# half-precision hidden states, as vLLM's head_dtype intends: at most this
+# share of the plugin's values may be ones the half precision holds exactly
+# (a head at the model's dtype makes all of them so).
+HEAD_EXACT_SHARE = 0.05
 
 
 def flag_reference(flag_model, texts: list[str], max_length: int = 1024) -> dict:

@@ -24,3 +24,15 @@ LONG_TEXT = " ".join(
     f"document {i} about search and retrieval of the world's data in many languages;"
     for i in range(50)
 )
+
+
+def generated_texts(n: int, words: int, seed: int = 0) -> list[str]:
+    """``n`` deterministic texts of ``words`` words of the small model's
+    vocabulary (one token each), a tenth of them capitalised."""
+    import random
+
+    from bge_m3_sparse_plugin.tiny_model import WORDS
+
+    rng = random.Random(seed)
+    pool = list(WORDS) + [w.capitalize() for w in WORDS[: len(WORDS) // 10]]
+    return [" ".join(rng.choice(pool) for _ in range(words)) + "." for _ in range(n)]
