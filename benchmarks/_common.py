@@ -22,6 +22,9 @@ MODELS_DIR = Path(os.environ.get("BENCH_MODELS_DIR", "models"))
 SPECS = {
     "small": TinyModelSpec(),
     "mid": TinyModelSpec(hidden_size=768, num_layers=6, num_heads=12, intermediate_size=3072),
+    # Twice the mid model's depth at half its width: how the half-precision
+    # drift grows with depth (benchmarks/bench_precision.py).
+    "deep": TinyModelSpec(hidden_size=384, num_layers=12, num_heads=6, intermediate_size=1536),
     # bge-m3's width (hidden size 1024) in two layers: what ColBERT vectors and
     # scores cost the API server, without the depth that only the engine pays.
     "wide": TinyModelSpec(

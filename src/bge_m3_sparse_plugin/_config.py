@@ -215,7 +215,11 @@ GPU_MEMORY_UTILIZATION = 0.9
 
 def engine_kwargs(gpu: bool, **settings: Any) -> dict[str, Any]:
     """``vllm.LLM``'s keywords for the plugin; ``settings`` (dtype,
-    max_model_len, ...) added, those given as None left to vLLM."""
+    max_model_len, ...) added, those given as None left to vLLM, but for the
+    dtype: none or "auto" is this machine's choice (``_precision.py``)."""
+    from ._precision import choose_precision, cpu_flags
+
+    settings["dtype"] = choose_precision(settings.get("dtype"), gpu, cpu_flags()).dtype
     kwargs: dict[str, Any] = {
         "runner": "pooling",
         "hf_overrides": HF_OVERRIDES,

@@ -26,6 +26,7 @@ from ._config import (
 from ._missing import is_missing
 from ._model_length import positions
 from ._model_location import locate_model
+from ._precision import AUTO, choose_precision, cpu_flags, matmul_speed
 from ._vllm_version import check_vllm_version, installed_vllm_version
 
 __all__ = ["Finding", "check_install", "check_model", "run"]
@@ -266,6 +267,7 @@ def check_model(model: str) -> list[Finding]:
                 f"pass): serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
             )
         )
+    findings += check_precision(folder, hidden)
     longest = positions(config)
     if longest is not None:
         findings.append(
@@ -277,6 +279,33 @@ def check_model(model: str) -> list[Finding]:
             )
         )
     return findings
+
+
+def check_precision(folder: Path, hidden: int) -> list[Finding]:
+    """What ``--dtype auto`` runs the model at here, in vLLM and in the
+    plugin's own engines, and what vLLM's choice costs on this CPU."""
+    from .serving._model_dtype import vllm_dtypes
+
+    try:
+        auto, head = vllm_dtypes(folder)
+    except Exception as exc:  # vLLM's own refusal of the folder says why
+        return [Finding("problem", f"vLLM cannot read the model's config: {exc}")]
+    import torch
+
+    gpu = bool(torch.cuda.is_available())
+    says = f"dtype: vLLM's auto runs this model at {auto} here, its heads at {head}"
+    if gpu:
+        return [Finding("ok", says + " (on a GPU, as FlagEmbedding's use_fp16=True)")]
+    chosen = choose_precision(AUTO, gpu, cpu_flags())
+    speed = matmul_speed(tuple(dict.fromkeys([auto, chosen.dtype])), max(hidden, 256))
+    cost = ", ".join(f"{name} {ratio:.2f}x" for name, ratio in speed.items())
+    text = (
+        f"{says}; a matrix product here runs at {cost} float32's speed; the index command's "
+        f"auto runs {chosen.dtype} ({chosen.reason})"
+    )
+    if auto == chosen.dtype:
+        return [Finding("ok", text)]
+    return [Finding("advice", text, f"vllm serve ... --dtype {chosen.dtype}")]
 
 
 MARKS = {"ok": "ok     ", "advice": "advice ", "problem": "PROBLEM"}

@@ -70,7 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="texts per engine call, the command's own count (default: 512; at most "
         f"{MAX_INPUTS_ENV}, {DEFAULT_MAX_INPUTS} by default)",
     )
-    parser.add_argument("--dtype", default="auto", help="vLLM's --dtype (default: auto)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        help="vLLM's --dtype (default: auto, this machine's choice: vLLM's own on a GPU "
+        "(float16), bfloat16 on a CPU with bfloat16 instructions, float32 on other CPUs; "
+        "the command says which, and why)",
+    )
     parser.add_argument("--max-model-len", type=int, help="vLLM's --max-model-len")
     parser.add_argument(
         "--gpu-memory-utilization",
@@ -321,14 +327,22 @@ def _job(
 ) -> tuple[Job, EngineSettings]:
     """The job the arguments describe (what the manifest records), and the engine's settings."""
     from .. import __version__, installed_vllm_version
+    from .._precision import choose_precision, cpu_flags
     from ._job import Job
+    from ._model_info import on_gpu
     from ._types import EncodeOptions, EngineSettings
 
+    # Chosen here, once, on the machine that runs the command (with --ray,
+    # for every replica: its process imports no torch to look for a GPU),
+    # and recorded: a resumed run at another precision is another job.
+    ray = bool(args.ray or args.ray_address)
+    precision = choose_precision(args.dtype, not ray and on_gpu(), cpu_flags())
+    print(f"bge-m3-sparse index: {precision.line()}", file=sys.stderr)
     options = EncodeOptions(
         top_k=args.top_k, min_weight=args.min_weight, truncate=args.truncate, dense=args.dense
     )
     settings = EngineSettings(
-        dtype=args.dtype,
+        dtype=precision.dtype,
         max_model_len=args.max_model_len,
         gpu_memory_utilization=args.gpu_memory_utilization,
         max_num_batched_tokens=args.max_num_batched_tokens,
@@ -344,7 +358,7 @@ def _job(
         text_column=args.text_column,
         rows_per_shard=args.rows_per_shard,
         options=options,
-        dtype=args.dtype,
+        dtype=precision.dtype,
         max_model_len=args.max_model_len,
         plugin_version=__version__,
         vllm_version=installed_vllm_version(),
