@@ -1,6 +1,7 @@
 """Each path's useful FLOP/s as a share of this machine's matrix-multiply peak.
 
     python benchmarks/bench_roofline.py [--model mid|small|FOLDER] [--docs 600] [--rounds 3]
+                                        [--dtype float32|bfloat16|float16|auto]
                                         [--skip-flag] [--skip-command] [--engine KEY=VALUE ...]
 
 One corpus (--docs documents of log-normal length, as benchmarks/bench_index.py
@@ -13,8 +14,11 @@ builds it) is encoded, sparse and dense, by:
 The command and plain alternate, round by round; FlagEmbedding runs once.
 
 The peak is torch's matrix multiply on the model's own weight shapes (8,192
-rows), measured before and after the paths: fp32 on every core of a CPU, fp16
-on a GPU (there, each path runs in fp16). The larger of the two is the roof.
+rows), measured before and after the paths, at the paths' precision: --dtype,
+by default fp32 on every core of a CPU and fp16 on a GPU; --dtype auto is the
+index command's own choice on this machine (bfloat16 on a CPU with bfloat16
+instructions). The larger of the two is the roof. FlagEmbedding runs at fp32
+on a CPU whatever --dtype says (its CPU path), so it runs only at fp32 there.
 The FLOP count and its formula are printed (benchmarks/_flops.py).
 
 --model takes a size that bge_m3_sparse_plugin.tiny_model builds (small, mid)
@@ -35,6 +39,8 @@ from _common import SPECS, model_dir, print_settings, use_cpu_engine_env
 from _flops import FORMULA, Shape, gemm_peak, useful_flops
 from bench_index import corpus, run_command, run_flag, run_plain
 
+from bge_m3_sparse_plugin._precision import choose_precision, cpu_flags
+
 PEAK_ROWS = 8192
 
 
@@ -52,6 +58,7 @@ def main() -> None:
     parser.add_argument("--model", default="mid")
     parser.add_argument("--docs", type=int, default=600)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dtype", default=None, help="float32 on a CPU, float16 on a GPU; auto")
     parser.add_argument("--skip-flag", action="store_true")
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument(
@@ -75,7 +82,11 @@ def main() -> None:
     if not gpu:
         use_cpu_engine_env()
         torch.set_num_threads(os.cpu_count() or 1)
-    device, dtype = ("cuda", "float16") if gpu else ("cpu", "float32")
+    device = "cuda" if gpu else "cpu"
+    dtype = args.dtype or ("float16" if gpu else "float32")
+    if dtype == "auto":
+        chosen = choose_precision("auto", gpu, cpu_flags()).dtype
+        dtype = "float16" if chosen == "auto" else chosen
     path = model_dir(args.model) if args.model in SPECS else Path(args.model)
     shape = Shape.of(AutoConfig.from_pretrained(path))
     docs = corpus(args.docs)
@@ -110,8 +121,10 @@ def main() -> None:
                     settings=tuple(args.command_args.split()),
                 )
                 times["bge-m3-sparse index (job)"].append(seconds)
-            times["plain LLM.encode"].append(run_plain(path, docs, True, gpu=gpu, **engine))
-    if not args.skip_flag:
+            times["plain LLM.encode"].append(
+                run_plain(path, docs, True, gpu=gpu, dtype=dtype, **engine)
+            )
+    if not args.skip_flag and (gpu or dtype == "float32"):
         times["FlagEmbedding encode"] = [run_flag(path, docs, gpu=gpu)]
     peaks.append(gemm_peak(shape, PEAK_ROWS, device, dtype))
     print(f"GEMM peak after:  {peaks[1] / 1e9:,.1f} GFLOP/s")

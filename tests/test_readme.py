@@ -49,6 +49,9 @@ NOT_RUN = {
     "pip install 'bge-m3-sparse-plugin[cuda]'": "installs from PyPI: scripts/setup.sh installs the "
     "same extras from the checkout, and tests/test_client_install.py the [client] extra",
     "./scripts/setup.sh": "sets up .venv: CI runs it (scripts/test.sh)",
+    "benchmarks/make_w8a8.py": "makes an int8 checkpoint in a venv of its own (llm-compressor, "
+    "which pins other transformers than vLLM's): not in CI; benchmarks/bench_precision.py --w8a8 "
+    "runs what it makes with the plugin (benchmarks/RESULTS.md, section 19)",
     "source .venv/bin/activate": "sets up a shell: the tests build the same model "
     "(conftest.model_dir, build_tiny_model's defaults) and run from the same .venv",
     "./scripts/hybrid_demo.sh": "tests/test_hybrid_example.py runs its example against a real server",
@@ -239,6 +242,9 @@ def test_index_commands_parse_with_the_commands_own_parser(block):
     for words in commands(block, "bge-m3-sparse index"):
         args = parser.parse_args(["index", *words])  # exits (fails the test) on a bad flag
         assert args.model
+        assert "--dtype" in words, (
+            "a page's command states its precision (docs/serving.md#precision)"
+        )
 
 
 @pytest.mark.parametrize("block", [b for b in BLOCKS if gpu_command(b)], ids=_id)
@@ -251,6 +257,8 @@ def test_gpu_commands_parse_with_vllms_own_parser(block):
     args = parser.parse_args(["--model", words[0], *words[1:]])
     assert args.io_processor_plugin == "bge_m3_sparse_plugin"
     assert args.hf_overrides == {"architectures": ["BgeM3OnePassModel"]}
+    # The precision stated, not left to auto (docs/serving.md#precision).
+    assert "--dtype" in words and args.dtype == "float16"
 
 
 # -- blocks run here, and what they print ------------------------------------
