@@ -409,9 +409,14 @@ def check_answer_any(resp: httpx.Response, body: Any) -> None:
     that says what was wrong."""
     if is_known_vllm_500(body):
         # vLLM's known 500 (pinned by test_known_vllm_500_is_still_there),
-        # or the 4xx that it will be once vLLM fixes it.
-        assert resp.status_code in (400, 422, 500), (resp.status_code, resp.text[:500])
-        if resp.status_code == 500:  # its message is empty (docs/serving.md, known issues)
+        # or the 4xx that it will be once vLLM fixes it; a model the server
+        # does not serve is a 404 before that (vLLM checks the name first).
+        other_model = body.get("model") not in (None, SERVED_MODEL_NAME)
+        allowed = (400, 422, 500) + ((404,) if other_model else ())
+        assert resp.status_code in allowed, (resp.status_code, resp.text[:500])
+        if resp.status_code == 404:
+            assert f"The model `{body['model']}` does not exist" in error_of(resp)["message"]
+        elif resp.status_code == 500:  # its message is empty (docs/serving.md, known issues)
             assert resp.json() == {
                 "error": {"message": "", "type": "InternalServerError", "param": None, "code": 500}
             }

@@ -74,8 +74,8 @@ def choose_precision(requested: str | None, gpu: bool, flags: frozenset[str]) ->
         )
     return Precision(
         "float32",
-        "this CPU has no bfloat16 instructions, and float16 is slower here than float32 "
-        "(vLLM's auto would pick it)",
+        "this CPU has no bfloat16 instructions; vLLM's auto would pick float16, which ran at "
+        "0.23x float32 on a CPU without float16 arithmetic",
     )
 
 
