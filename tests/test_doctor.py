@@ -195,3 +195,14 @@ def test_a_torch_that_is_absent_is_not_installed(tmp_path):
     result = doctor(pythonpath=tmp_path)
     assert result.returncode == 1
     assert "PROBLEM  torch is not installed" in lines(result, "PROBLEM")
+
+
+def test_a_model_is_still_checked_where_vllm_does_not_import(model_dir, tmp_path):
+    """The dtype line needs vLLM's ModelConfig; without a vLLM that imports,
+    the other checks of the model still run and the dtype is said unchecked."""
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['vllm'] = None\n")
+    result = doctor(str(model_dir), pythonpath=tmp_path)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "ok       sparse_linear.pt: weight [1, 128], bias [1]" in lines(result, "ok")
+    (dtype,) = [line for line in lines(result, "advice") if "dtype" in line]
+    assert dtype.startswith("advice   dtype: not checked, vLLM does not import ("), dtype

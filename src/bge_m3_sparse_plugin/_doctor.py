@@ -284,8 +284,10 @@ def check_model(model: str) -> list[Finding]:
 def check_precision(folder: Path, hidden: int) -> list[Finding]:
     """What ``--dtype auto`` runs the model at here, in vLLM and in the
     plugin's own engines, and what vLLM's choice costs on this CPU."""
-    from .serving._model_dtype import vllm_dtypes
-
+    try:
+        from .serving._model_dtype import vllm_dtypes
+    except Exception as exc:  # the install section names what is missing or broken
+        return [Finding("advice", f"dtype: not checked, vLLM does not import ({exc})")]
     try:
         auto, head = vllm_dtypes(folder)
     except Exception as exc:  # vLLM's own refusal of the folder says why
