@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-import random
 import statistics
 import sys
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bge_m3_sparse_plugin._config import cpu_binding, engine_kwargs
-from bge_m3_sparse_plugin.tiny_model import WORDS, TinyModelSpec, build_tiny_model
+from bge_m3_sparse_plugin.tiny_model import TinyModelSpec, build_tiny_model
 
 # The repository, for tests/support (the tests' servers, reference code and corpora).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -71,9 +70,9 @@ def model_dir(size: str) -> Path:
 
 def documents(n: int, words_per_doc: int, seed: int = 0) -> list[str]:
     """``n`` deterministic documents; each word is one token of the small vocabulary."""
-    rng = random.Random(seed)
-    words = list(WORDS) + [w.capitalize() for w in WORDS[:50]]
-    return [" ".join(rng.choice(words) for _ in range(words_per_doc)) + "." for _ in range(n)]
+    from tests.support.texts import generated_texts
+
+    return generated_texts(n, words_per_doc, seed)
 
 
 def print_settings(**extra: object) -> None:

@@ -13,7 +13,7 @@ FlagEmbedding at float32 than FlagEmbedding at bfloat16 is).
 So ``auto``, in the index command and :func:`~._config.engine_kwargs`, means:
 vLLM's own choice on a GPU; bfloat16 on a CPU that has those instructions;
 float32 on any other CPU. Any other ``--dtype`` is vLLM's, as given.
-Imports neither vLLM nor torch.
+Imports neither vLLM nor torch (matmul_speed imports torch when it runs).
 """
 
 from __future__ import annotations
@@ -21,7 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["AUTO", "CPU_BF16_FLAGS", "Precision", "choose_precision", "cpu_flags"]
+__all__ = [
+    "AUTO",
+    "CPU_BF16_FLAGS",
+    "Precision",
+    "choose_precision",
+    "cpu_flags",
+    "matmul_speed",
+]
 
 AUTO = "auto"
 # /proc/cpuinfo flags of the instructions that compute bfloat16 products

@@ -9,7 +9,7 @@ measure the same thing on the plugin's answers and on FlagEmbedding's.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,6 @@ class Drift:
     changed_share: float  # largest weight that one side has and the other lacks, / text's largest
     dense_cos: float  # the smallest cosine between the two dense vectors of a text
     colbert_cos: float  # the smallest cosine between two ColBERT vectors of a token
-
-    def as_row(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _weights(d: dict[str, float]) -> dict[int, float]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from vllm.config import ModelConfig
 from vllm.plugins import load_general_plugins
@@ -13,13 +12,11 @@ from .._config import HF_OVERRIDES
 __all__ = ["vllm_dtypes"]
 
 
-def vllm_dtypes(folder: Path, dtype: Any = "auto") -> tuple[str, str]:
-    """The dtype ``--dtype dtype`` runs the model in ``folder`` at on this
-    machine, and its heads' dtype: vLLM's own ModelConfig of it, as ``vllm
+def vllm_dtypes(folder: Path) -> tuple[str, str]:
+    """The dtype vLLM's ``--dtype auto`` runs the model in ``folder`` at on
+    this machine, and its heads' dtype: vLLM's own ModelConfig of it, as ``vllm
     serve`` builds it (the plugin's architecture registered first, as vLLM
     does at start-up)."""
     load_general_plugins()
-    config = ModelConfig(
-        model=str(folder), runner="pooling", hf_overrides=HF_OVERRIDES, dtype=dtype
-    )
+    config = ModelConfig(model=str(folder), runner="pooling", hf_overrides=HF_OVERRIDES)
     return str(config.dtype).removeprefix("torch."), str(config.head_dtype).removeprefix("torch.")
