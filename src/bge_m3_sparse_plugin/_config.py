@@ -36,6 +36,7 @@ __all__ = [
     "ONE_PASS_MODEL",
     "PLUGIN_NAME",
     "PROCESSOR_QUALNAME",
+    "QDRANT_API_KEY_ENV",
     "QUIET_WARNINGS",
     "SERVER_POOLER_CONFIG",
     "SUPPORTED_VLLM",
@@ -98,6 +99,9 @@ MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
 MAX_COLBERT_VALUES_ENV = "BGE_M3_SPARSE_MAX_COLBERT_VALUES"
 CORE_SLOTS_ENV = "BGE_M3_SPARSE_CORE_SLOTS"
+# The API key of a Qdrant server (--sink qdrant:URL) when its URL has no
+# ?api_key=: the name Qdrant's own docs and LangChain's QdrantVectorStore use.
+QDRANT_API_KEY_ENV = "QDRANT_API_KEY"
 # The name under which Ray replicas claim core ranges on a machine
 # (index/_ray.py, claim_core_slot); jobs of another name claim apart.
 DEFAULT_CORE_SLOTS = "bge-m3-sparse-cores"

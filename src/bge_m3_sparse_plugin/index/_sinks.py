@@ -9,23 +9,28 @@ it) leaves each point once.
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
+from .._config import QDRANT_API_KEY_ENV
 from .._exceptions import SinkError, TableMismatch
 from ._output import ShardRows
-from ._secrets import public_uri, scrub, secrets_of
+from ._secrets import Shown, UnreadableTarget, postgres_params, scrub, shown
 
 __all__ = [
     "DENSE_FIELD",
     "SPARSE_FIELD",
     "Sink",
     "SinkSpec",
+    "milvus_connection",
     "notes",
     "open_reporting_sink",
     "open_sink",
     "parse_sink",
+    "qdrant_connection",
     "qdrant_point_id",
     "sparse_hnsw",
 ]
@@ -51,25 +56,41 @@ MILVUS_EMPTY_SPARSE = {2**32 - 2: 1.1754943508222875e-38}
 _QDRANT_NAMESPACE = uuid.UUID("6b7c1d0e-6a3f-4a58-9d6e-0b6d3c7e5a10")
 
 
+# The query parameters of --sink qdrant:URL and milvus:URI, each an argument
+# of the client (which drops a URL's query silently: one not here is refused).
+QDRANT_URL_PARAMETERS = ("api_key", "timeout")
+MILVUS_URI_PARAMETERS = ("token",)
+
+
 def qdrant_point_id(row_id: str) -> str:
     return str(uuid.uuid5(_QDRANT_NAMESPACE, row_id))
 
 
 @dataclass(frozen=True)
 class SinkSpec:
-    kind: str  # milvus-lite, milvus, qdrant
-    target: str  # a path, a URI or a URL
+    kind: str  # postgresql, milvus-lite, milvus, qdrant
+    target: str  # a path, a URI, a URL or a libpq keyword/value string
     collection: str
+
+    @property
+    def shown(self) -> Shown:
+        return shown(self.target, postgres=self.kind == "postgresql")
 
     def describe(self) -> str:
         """The sink as the command prints and records it: never a secret."""
         if self.kind == "postgresql":
-            return f"{public_uri(self.target)} (table {self.collection!r})"
-        return f"{self.kind}:{public_uri(self.target)} (collection {self.collection!r})"
+            return f"{self.shown.public} (table {self.collection!r})"
+        return f"{self.kind}:{self.shown.public} (collection {self.collection!r})"
+
+    def secrets(self) -> list[str]:
+        found = list(self.shown.secrets)
+        if self.kind == "qdrant" and os.environ.get(QDRANT_API_KEY_ENV):
+            found.append(os.environ[QDRANT_API_KEY_ENV])
+        return found
 
     def scrub(self, text: str) -> str:
         """``text`` (a driver's message) without the secrets of the target."""
-        return scrub(text, secrets_of(self.target))
+        return scrub(text, self.secrets())
 
     def reason(self, exc: BaseException) -> str:
         """What went wrong, as a message may say it: the exception's type and
@@ -77,22 +98,92 @@ class SinkSpec:
         return self.scrub(_reason(exc))
 
 
+KINDS_HELP = (
+    "give milvus-lite:PATH, milvus:URI, qdrant:PATH (embedded), qdrant:URL (a server), "
+    "postgresql://USER@HOST:PORT/DB or a libpq keyword/value string (host=... dbname=...)"
+)
+
+
 def parse_sink(text: str, collection: str) -> SinkSpec:
+    """The sink ``--sink`` names, or a ValueError that shows none of its
+    secrets: a PostgreSQL target is read by libpq (a URI or a keyword/value
+    string), and one libpq cannot read is not quoted at all."""
     if not text.strip():
         raise ValueError(
             f'--sink {text!r} is empty: if you gave a variable (--sink "$DATABASE_URL"), '
-            "it is not set in this shell. Give milvus-lite:PATH, milvus:URI, qdrant:PATH, "
-            "qdrant:URL or postgresql://USER@HOST:PORT/DB"
+            f"it is not set in this shell. {KINDS_HELP[0].upper()}{KINDS_HELP[1:]}"
         )
-    if text.startswith(POSTGRES_SCHEMES):
-        return SinkSpec("postgresql", text, _table_name(collection))
     kind, sep, target = text.partition(":")
-    if not sep or kind not in KINDS or not target:
+    if sep and kind in KINDS and target:
+        spec = SinkSpec(kind, target, collection)
+        if kind == "qdrant":
+            qdrant_connection(spec)  # its refusals, before anything starts
+        if kind == "milvus":
+            milvus_connection(spec)
+        return spec
+    if text.startswith(POSTGRES_SCHEMES) or ("=" in text and "://" not in text):
+        try:
+            postgres_params(text)
+        except UnreadableTarget as exc:
+            raise ValueError(f"--sink (not shown: it may hold a password): {exc}") from None
+        return SinkSpec("postgresql", text, _table_name(collection))
+    raise ValueError(f"--sink {shown(text, postgres=False).public!r}: {KINDS_HELP}")
+
+
+def _query(spec: SinkSpec, allowed: tuple[str, ...]) -> tuple[str, dict[str, str]]:
+    """The URL without its query, and the query's parameters, each one of
+    ``allowed`` (another is refused by name)."""
+    authority = spec.target.split("://", 1)[-1].split("/", 1)[0]
+    if any(ch in authority.rpartition("@")[0] for ch in "?#"):
         raise ValueError(
-            f"--sink {public_uri(text)!r}: give milvus-lite:PATH, milvus:URI, qdrant:PATH "
-            "(embedded), qdrant:URL (a server) or postgresql://USER@HOST:PORT/DB"
+            f"--sink {spec.describe()}: a ? or # in the user info ends the address for "
+            f"{spec.kind}'s client (RFC 3986): percent-encode it (%3F, %23)"
         )
-    return SinkSpec(kind, target, collection)
+    parts = urlsplit(spec.target)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    unknown = sorted(set(query) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"--sink {spec.describe()}: {', '.join(map(repr, unknown))}: {spec.kind}:URL "
+            f"takes the query parameters {', '.join(allowed)} only"
+        )
+    return urlunsplit(parts._replace(query="")), query
+
+
+def milvus_connection(spec: SinkSpec) -> dict[str, Any]:
+    """MilvusClient's arguments for ``--sink milvus-lite:PATH`` or
+    ``milvus:URI``: the URI's ``?token=`` as ``token`` (pymilvus reads a user
+    and password in the URI itself, and drops its query)."""
+    if spec.kind == "milvus-lite":
+        return {"uri": spec.target}
+    uri, query = _query(spec, MILVUS_URI_PARAMETERS)
+    return {"uri": uri, **({"token": query["token"]} if query.get("token") else {})}
+
+
+def qdrant_connection(spec: SinkSpec) -> dict[str, Any]:
+    """QdrantClient's arguments for ``--sink qdrant:PATH`` or ``qdrant:URL``:
+    the URL's ``?api_key=`` (or $QDRANT_API_KEY) as ``api_key``, its
+    ``?timeout=`` as ``timeout``; any other query parameter, and a user or
+    password (Qdrant takes an API key), refused by name."""
+    if not spec.target.startswith(("http://", "https://")):
+        return {"path": spec.target}
+    if "@" in urlsplit(spec.target).netloc or "@" in spec.target.split("://")[1].split("/")[0]:
+        raise ValueError(
+            f"--sink {spec.describe()}: Qdrant takes an API key, not a user and password: "
+            f"give qdrant:URL?api_key=KEY or set {QDRANT_API_KEY_ENV}"
+        )
+    url, query = _query(spec, QDRANT_URL_PARAMETERS)
+    found: dict[str, Any] = {"url": url}
+    api_key = query.get("api_key") or os.environ.get(QDRANT_API_KEY_ENV)
+    if api_key:
+        found["api_key"] = api_key
+    if "timeout" in query:
+        if not query["timeout"].isdigit():
+            raise ValueError(
+                f"--sink {spec.describe()}: timeout={query['timeout']!r}: give whole seconds"
+            )
+        found["timeout"] = int(query["timeout"])
+    return found
 
 
 def _table_name(collection: str) -> str:
@@ -130,7 +221,7 @@ class MilvusSink:
     def __init__(self, spec: SinkSpec, dense_size: int | None, batch: int = 1000) -> None:
         from pymilvus import DataType, MilvusClient
 
-        self.client = MilvusClient(spec.target)
+        self.client = MilvusClient(**milvus_connection(spec))
         self.collection = spec.collection
         self.batch = batch
         self.dense = dense_size is not None
@@ -170,8 +261,7 @@ class QdrantSink:
         from qdrant_client import QdrantClient, models
 
         self.models = models
-        embedded = not spec.target.startswith(("http://", "https://"))
-        self.client = QdrantClient(path=spec.target) if embedded else QdrantClient(url=spec.target)
+        self.client = QdrantClient(**qdrant_connection(spec))
         self.collection = spec.collection
         self.batch = batch
         self.dense = dense_size is not None
