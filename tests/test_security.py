@@ -212,3 +212,38 @@ def test_async_client_on_ones_own_http_client(keyed_server, unguarded_answer):
 def test_http_client_of_the_wrong_kind_is_refused():
     with pytest.raises(TypeError, match=r"http_client must be an httpx\.Client, got AsyncClient"):
         SparseEmbeddingClient(http_client=httpx.AsyncClient())  # type: ignore[arg-type]
+
+
+# -- the rerankers' key: sent, and never shown or saved -------------------------
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        "bge_m3_sparse_plugin.integrations.langchain:BgeM3Reranker",
+        "bge_m3_sparse_plugin.integrations.llamaindex:BgeM3Rerank",
+    ],
+)
+def test_a_rerankers_key_is_sent_and_never_shown_or_saved(keyed_server, make, monkeypatch):
+    import importlib
+
+    from bge_m3_sparse_plugin._config import VLLM_API_KEY_ENV
+
+    monkeypatch.delenv(VLLM_API_KEY_ENV, raising=False)
+    module, name = make.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    reranker = cls(base_url=keyed_server.url, api_key=API_KEY, mode="sparse")
+    scores = reranker._scores("a query", ["a text", "another text"])
+    assert len(scores) == 2  # the server took the key
+    shown = [repr(reranker), str(reranker), str(reranker.model_dump()), reranker.model_dump_json()]
+    if hasattr(reranker, "to_json"):  # what LlamaIndex writes when a component is saved
+        shown += [reranker.to_json(), str(reranker.to_dict())]
+    assert [text for text in shown if API_KEY in text] == []
+    saved = reranker.model_dump()
+    assert "api_key" not in saved
+    # A copy loaded from what was saved has no key, until $VLLM_API_KEY gives it.
+    with pytest.raises(SparseEmbeddingError) as refused:
+        cls(**saved)._scores("a query", ["a text"])
+    assert refused.value.status_code == 401
+    monkeypatch.setenv(VLLM_API_KEY_ENV, API_KEY)
+    assert len(cls(**saved)._scores("a query", ["a text"])) == 1

@@ -41,6 +41,7 @@ __all__ = [
     "SERVER_POOLER_CONFIG",
     "SUPPORTED_VLLM",
     "VLLM_ARCHITECTURE",
+    "VLLM_API_KEY_ENV",
     "VLLM_CPU_RELEASE",
     "Limits",
     "cpu_binding",
@@ -99,6 +100,9 @@ MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
 MAX_COLBERT_VALUES_ENV = "BGE_M3_SPARSE_MAX_COLBERT_VALUES"
 CORE_SLOTS_ENV = "BGE_M3_SPARSE_CORE_SLOTS"
+# vLLM's own variable for the server's API key (vllm serve --api-key): the
+# adapters read the key from it when none is given.
+VLLM_API_KEY_ENV = "VLLM_API_KEY"
 # The API key of a Qdrant server (--sink qdrant:URL) when its URL has no
 # ?api_key=: the name Qdrant's own docs and LangChain's QdrantVectorStore use.
 QDRANT_API_KEY_ENV = "QDRANT_API_KEY"

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field, PrivateAttr, field_validator
+import os
 
-from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
+from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator
+
+from .._config import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, VLLM_API_KEY_ENV
 from ..schemas import SCORE_KEYS
 from ._remote import Remote
 
@@ -45,6 +47,11 @@ def ranked(
     return [(i, scores[i][mode]) for i in order[:top_n]]
 
 
+def _key_from_env() -> SecretStr | None:
+    key = os.environ.get(VLLM_API_KEY_ENV)
+    return SecretStr(key) if key else None
+
+
 class RerankerSettings(BaseModel):
     """The fields, checks and server of LangChain's and LlamaIndex's rerankers
     (both pydantic models); each adds its framework's base class and ``top_n``."""
@@ -57,7 +64,12 @@ class RerankerSettings(BaseModel):
     )
     max_query_length: int | None = None
     max_passage_length: int | None = None
-    api_key: str | None = None
+    # A secret: hidden in repr (SecretStr), and never serialised (model_dump,
+    # LlamaIndex's to_json, what a saved pipeline holds); a loaded copy reads
+    # it from $VLLM_API_KEY, as Haystack's Secret.from_env_var does.
+    api_key: SecretStr | None = Field(
+        default_factory=lambda: _key_from_env(), exclude=True, repr=False
+    )
     timeout: float = DEFAULT_TIMEOUT_S
     _remote: Remote = PrivateAttr()
 
@@ -72,7 +84,8 @@ class RerankerSettings(BaseModel):
         return check_weights(weights)
 
     def model_post_init(self, context: Any) -> None:
-        self._remote = Remote(self.base_url, self.model, api_key=self.api_key, timeout=self.timeout)
+        key = self.api_key.get_secret_value() if self.api_key is not None else None
+        self._remote = Remote(self.base_url, self.model, api_key=key, timeout=self.timeout)
 
     def _score_options(self) -> dict[str, Any]:
         return {

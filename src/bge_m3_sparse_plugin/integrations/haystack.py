@@ -21,7 +21,7 @@ from haystack import Document, component, default_from_dict, default_to_dict
 from haystack.dataclasses import SparseEmbedding
 from haystack.utils import Secret, deserialize_secrets_inplace
 
-from .._config import ADAPTER_BATCH_SIZE, DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S
+from .._config import ADAPTER_BATCH_SIZE, DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, VLLM_API_KEY_ENV
 from ._remote import Remote
 from ._rerank import DEFAULT_MODE, check_mode, check_weights, ranked
 
@@ -29,7 +29,7 @@ __all__ = ["BgeM3Ranker", "BgeM3SparseDocumentEmbedder", "BgeM3SparseTextEmbedde
 
 # The key of a server started with --api-key, from the variable vLLM itself
 # reads; no key when it is unset.
-API_KEY_FROM_ENV = Secret.from_env_var("VLLM_API_KEY", strict=False)
+API_KEY_FROM_ENV = Secret.from_env_var(VLLM_API_KEY_ENV, strict=False)
 
 
 def _key(api_key: Secret | None) -> str | None:
