@@ -4,10 +4,9 @@ scores come from the server, ``Remote.score``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
-
-import os
 
 from pydantic import BaseModel, Field, PrivateAttr, SecretStr, field_validator
 
@@ -67,9 +66,7 @@ class RerankerSettings(BaseModel):
     # A secret: hidden in repr (SecretStr), and never serialised (model_dump,
     # LlamaIndex's to_json, what a saved pipeline holds); a loaded copy reads
     # it from $VLLM_API_KEY, as Haystack's Secret.from_env_var does.
-    api_key: SecretStr | None = Field(
-        default_factory=lambda: _key_from_env(), exclude=True, repr=False
-    )
+    api_key: SecretStr | None = Field(default_factory=_key_from_env, exclude=True, repr=False)
     timeout: float = DEFAULT_TIMEOUT_S
     _remote: Remote = PrivateAttr()
 
