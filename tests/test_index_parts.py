@@ -11,6 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bge_m3_sparse_plugin import OutputMismatch
 from bge_m3_sparse_plugin.index._job import DUPLICATE_ID, Vector, collect
@@ -504,3 +506,65 @@ def test_the_batch_size_cap_is_the_servers_max_inputs(monkeypatch, capsys, limit
     else:
         check_arguments(args, args.parser)
         assert Remote(batch_size=batch).batch_size == batch
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    value=st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([float("nan"), float("inf"), -float("inf"), -0.0, 0.0, -1e-300])
+)
+def test_min_weight_is_checked_by_the_request_schemas_own_definition(value):
+    """The command refuses exactly the --min-weight values the plugin's
+    request refuses (nan, inf, negatives), so none starts an engine and then dies."""
+    from pydantic import ValidationError
+
+    from bge_m3_sparse_plugin._cli import build_parser
+    from bge_m3_sparse_plugin.index._command import check_arguments
+    from bge_m3_sparse_plugin.schemas import SparseEmbeddingRequest
+
+    try:
+        SparseEmbeddingRequest.model_validate({"input": "a", "min_weight": value})
+        valid = True
+    except ValidationError:
+        valid = False
+    parser = build_parser()
+    args = parser.parse_args(
+        ["index", "in.jsonl", "out", "--model", "m", f"--min-weight={value!r}"]
+    )
+    if valid:
+        check_arguments(args, args.parser)
+    else:
+        with pytest.raises(SystemExit) as refused:
+            check_arguments(args, args.parser)
+        assert refused.value.code == 2
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_an_output_that_is_a_file_is_a_one_line_refusal(tmp_path, under):
+    """OUTPUT an existing file, or a path under one: exit 2 with one line that
+    names OUTPUT, before the model is even looked for (no engine starts)."""
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text('{"id": "a", "text": "a text"}\n')
+    afile = tmp_path / "afile"
+    afile.write_text("mine\n")
+    output = afile / "vectors" if under else afile
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bge_m3_sparse_plugin",
+            "index",
+            str(corpus),
+            str(output),
+            "--model",
+            str(tmp_path / "no-such-model"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"OUTPUT {str(output)!r}" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr and "--model" not in errors[0]
+    assert afile.read_text() == "mine\n"

@@ -226,3 +226,39 @@ def test_any_text_is_taken_exactly_when_utf8_carries_it(text):
             assert "lone surrogate" in describe_validation_error(exc)[0]
             taken = False
         assert taken == carried, (model.__name__, repr(text))
+
+
+@given(
+    rows=st.integers(0, 5),
+    hidden=st.integers(1, 8),
+    encoding=st.sampled_from(["float", "base64"]),
+    data=st.data(),
+)
+def test_colbert_array_is_two_dimensional_for_every_shape_the_empty_one_included(
+    rows, hidden, encoding, data
+):
+    """An input of the start token alone has no ColBERT vector: colbert_vecs
+    is [] and colbert_array() a (0, n) float32 array, as np.zeros((0, n)) is."""
+    import base64
+
+    import numpy as np
+
+    from bge_m3_sparse_plugin.schemas import SparseEmbeddingItem
+
+    values = data.draw(
+        st.lists(
+            st.lists(st.floats(-1, 1, width=32), min_size=hidden, max_size=hidden),
+            min_size=rows,
+            max_size=rows,
+        )
+    )
+    want = np.asarray(values, dtype=np.float32).reshape(rows, hidden)
+    wire = (
+        values
+        if encoding == "float"
+        else [base64.b64encode(row.astype("<f4").tobytes()).decode() for row in want]
+    )
+    got = SparseEmbeddingItem(index=0, colbert_vecs=wire).colbert_array()
+    assert got is not None and got.dtype == np.float32 and got.ndim == 2
+    assert got.shape == (want.shape if rows else (0, got.shape[1]))
+    np.testing.assert_array_equal(got, want if rows else got)

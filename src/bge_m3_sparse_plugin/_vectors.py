@@ -51,9 +51,10 @@ def vector_from_wire(value: Sequence[float] | str) -> np.ndarray:
 def matrix_from_wire(value: Sequence[Any]) -> np.ndarray:
     """ColBERT vectors as the server sent them (rows of numbers, or one base64
     string a row), as a (tokens, hidden) float32 array."""
-    if value and isinstance(value[0], str):
-        rows = [_decode(row) for row in value]
-        return np.stack(rows) if rows else np.zeros((0, 0), dtype=np.float32)
+    if not value:  # no ColBERT vector (an input of the start token alone)
+        return np.zeros((0, 0), dtype=np.float32)
+    if isinstance(value[0], str):
+        return np.stack([_decode(row) for row in value])
     return np.asarray(value, dtype=np.float32).reshape(len(value), -1)
 
 

@@ -20,6 +20,7 @@ from .._config import (
 
 if TYPE_CHECKING:  # imported where used: the command starts before vLLM is imported
     from ._job import Job, Summary
+    from ._sinks import SinkSpec
     from ._types import EngineSettings
 
 __all__ = ["add_arguments", "run"]
@@ -148,8 +149,43 @@ def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         )
     if (args.replicas or args.cores_per_replica) and not (args.ray or args.ray_address):
         parser.error("--replicas and --cores-per-replica go with --ray or --ray-address")
-    if args.min_weight is not None and args.min_weight < 0:
-        parser.error(f"--min-weight must be >= 0, got {args.min_weight}")
+    _check_request_options(args, parser)
+
+
+# The options that are fields of the plugin's request, checked by its schema:
+# one definition of their valid values (nan and inf included) for both.
+REQUEST_OPTIONS = {"top_k": "--top-k", "min_weight": "--min-weight"}
+
+
+def _check_request_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    from pydantic import ValidationError
+
+    from ..schemas import SparseEmbeddingRequest
+
+    given = {f: getattr(args, f) for f in REQUEST_OPTIONS if getattr(args, f) is not None}
+    try:
+        SparseEmbeddingRequest.model_validate({"input": "a", **given})
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        field = str(err["loc"][0])
+        parser.error(f"{REQUEST_OPTIONS[field]} {given[field]!r}: {err['msg'].lower()}")
+
+
+def _arguments(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, output: Path
+) -> tuple[list[Path], SinkSpec | None]:
+    """The input files and the sink, or a one-line refusal (exit 2) that
+    names the argument, before any engine or sink starts."""
+    from ._output import check_output_path
+    from ._reader import resolve_inputs
+    from ._sinks import parse_sink
+
+    try:
+        check_output_path(output)
+        files = resolve_inputs(args.inputs, output)
+        return files, parse_sink(args.sink, args.collection) if args.sink is not None else None
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 class ProgressBar:
@@ -265,16 +301,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .._model_location import locate_model
     from ._job import run_job
     from ._model_info import hidden_size, vocab_size
-    from ._reader import resolve_inputs
     from ._sinks import notes as sink_notes
-    from ._sinks import open_reporting_sink, parse_sink
+    from ._sinks import open_reporting_sink
 
     output = Path(args.output)
-    try:
-        files = resolve_inputs(args.inputs, output)
-        sink = parse_sink(args.sink, args.collection) if args.sink is not None else None
-    except ValueError as exc:
-        parser.error(str(exc))
+    files, sink = _arguments(args, parser, output)
     # Before any engine starts or OUTPUT is made: a mistyped folder would
     # otherwise become a hub id that vLLM retries for a minute.
     where = locate_model(args.model)

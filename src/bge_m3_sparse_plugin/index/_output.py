@@ -23,6 +23,7 @@ __all__ = [
     "Manifest",
     "ShardRows",
     "append_errors",
+    "check_output_path",
     "indexed_ids",
     "keep_errors",
     "read_errors",
@@ -37,6 +38,24 @@ ERRORS = "_errors.jsonl"
 # 2: inputs recorded with their modification times, the sink's finish
 # recorded, duplicate ids reported, FILE:ROW ids from the inputs' folder.
 FORMAT_VERSION = 2
+
+
+def check_output_path(output: Path) -> None:
+    """OUTPUT is a folder, or can be made one: a ValueError naming it when it
+    is a file, or lies under one."""
+    if output.exists() and not output.is_dir():
+        raise ValueError(
+            f"OUTPUT {str(output)!r} is a file: give a folder (a new one, or one this "
+            "command wrote)"
+        )
+    for parent in output.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(
+                    f"OUTPUT {str(output)!r}: {str(parent)!r} is a file, so no folder can "
+                    "be made under it"
+                )
+            return
 
 
 def shard_name(index: int) -> str:
