@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from bge_m3_sparse_plugin.tiny_model import CALIBRATION_TEXTS, TinyModelSpec, build_tiny_model
@@ -63,3 +64,18 @@ def test_about_half_the_tokens_get_a_positive_weight(model_dir):
     assert abs(_positive_share(model_dir, CALIBRATION_TEXTS) - target) < 0.05
     # On texts it was not calibrated on, still a good share either way.
     assert 0.25 < _positive_share(model_dir, list(PARITY_TEXTS.values())) < 0.75
+
+
+def test_the_small_models_config_has_every_key_of_bge_m3s(model_dir):
+    """So that it stands in for bge-m3 on every path of vLLM's (its plain
+    XLM-R one, without --hf-overrides, reads position_embedding_type); the
+    sizes differ, the kinds of values do not. The committed copy under
+    benchmarks/ too."""
+    bge_m3 = json.loads((Path(__file__).parent / "data" / "bge-m3-config.json").read_text())
+    root = Path(__file__).parent.parent
+    for folder in (model_dir, root / "benchmarks" / "models" / "bge-m3-small"):
+        small = json.loads((Path(folder) / "config.json").read_text())
+        assert set(bge_m3) - set(small) == set(), folder
+        assert {k: type(small[k]) for k in bge_m3} == {k: type(v) for k, v in bge_m3.items()}
+        same = ("position_embedding_type", "model_type", "architectures", "torch_dtype")
+        assert {k: small[k] for k in same} == {k: bge_m3[k] for k in same}

@@ -114,11 +114,30 @@ def build_tiny_model(out_dir: str | Path, spec: TinyModelSpec = TinyModelSpec())
     torch.manual_seed(spec.seed)
     model = _encoder(spec, max(len(tokenizer), spec.vocab_size or 0))
     model.save_pretrained(out, safe_serialization=True)
+    _add_bge_m3_keys(out / "config.json")
     sparse_linear, colbert_linear = _heads(model, tokenizer, spec)
     torch.save(sparse_linear.state_dict(), out / "sparse_linear.pt")
     torch.save(colbert_linear.state_dict(), out / "colbert_linear.pt")
     (out / "tiny_model_spec.json").write_text(json.dumps(asdict(spec), indent=2) + "\n")
     return out
+
+
+# Keys of bge-m3's config.json that transformers 5 no longer writes, with
+# bge-m3's values: without position_embedding_type, vLLM's plain XLM-R path
+# (no --hf-overrides) fails where it runs bge-m3. tests/test_tiny_model.py
+# compares the key sets with a copy of bge-m3's config.json.
+BGE_M3_ONLY_KEYS: dict[str, Any] = {
+    "_name_or_path": "",
+    "output_past": True,
+    "position_embedding_type": "absolute",
+    "torch_dtype": "float32",
+}
+
+
+def _add_bge_m3_keys(config_path: Path) -> None:
+    config = json.loads(config_path.read_text())
+    config = dict(sorted({**BGE_M3_ONLY_KEYS, **config}.items()))
+    config_path.write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _encoder(spec: TinyModelSpec, vocab_size: int) -> Any:
