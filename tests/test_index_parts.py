@@ -214,6 +214,53 @@ def test_parquet_rows_and_a_missing_text_column(tmp_path):
     assert count_rows([path]) == 2
 
 
+# Every Arrow type a text column can have, each made from bytes without a
+# UTF-8 check (as a writer that did not check makes it).
+ARROW_TEXT_TYPES = {
+    "string": lambda b: pa.array(b, pa.binary()).view(pa.string()),
+    "large_string": lambda b: pa.array(b, pa.large_binary()).view(pa.large_string()),
+    "string_view": lambda b: pa.array(b, pa.binary_view()).view(pa.string_view()),
+    "binary": lambda b: pa.array(b, pa.binary()),
+    "large_binary": lambda b: pa.array(b, pa.large_binary()),
+    # pandas' categoricals: each distinct value once, rows as indices
+    "dictionary": lambda b: pa.array(b, pa.binary()).view(pa.string()).dictionary_encode(),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(ARROW_TEXT_TYPES)),
+    values=st.lists(
+        st.one_of(
+            st.none(),
+            st.text(alphabet="abc xyz", min_size=1, max_size=6).map(str.encode),
+            st.binary(min_size=1, max_size=6),  # often not UTF-8
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_a_parquet_text_column_of_any_arrow_type_gives_each_row_its_own_verdict(
+    tmp_path_factory, kind, values
+):
+    """Bytes that are not UTF-8 make a bad row of their row alone, whatever the
+    column's Arrow type; every other row is read as the same column of
+    Python strings is, and the file is read to its end."""
+    from bge_m3_sparse_plugin.index._reader import check_text
+
+    path = tmp_path_factory.mktemp("arrow") / "docs.parquet"
+    pq.write_table(pa.table({"text": ARROW_TEXT_TYPES[kind](values)}), path)
+    got = rows_of(path)
+    want = []
+    for row, raw in enumerate(values):
+        text = None if raw is None else raw.decode("utf-8", "surrogateescape")
+        why = check_text(text) if text is not None else None
+        bad = why is not None and "not UTF-8" in why
+        reason = why.replace("the text", "the 'text'", 1) if bad else None
+        want.append((f"docs.parquet:{row}", None if bad else text, row, reason))
+    assert got == want
+
+
 def test_inputs_from_folders_globs_and_files_in_a_stable_order(tmp_path):
     for name in ("b.jsonl", "a.csv", "sub/c.parquet", "notes.txt"):
         (tmp_path / name).parent.mkdir(exist_ok=True)

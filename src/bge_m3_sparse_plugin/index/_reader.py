@@ -194,6 +194,27 @@ def _jsonl_rows(rows: _Rows) -> Iterator[Row]:
         yield rows.of(record, row)
 
 
+def _holds_text(kind: Any) -> bool:
+    """Whether an Arrow type holds text, or bytes read as text: every string
+    and binary type, and a dictionary of one (what pandas' categoricals write)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(kind):
+        return _holds_text(kind.value_type)
+    return any(
+        check(kind)
+        for check in (
+            pa.types.is_string,
+            pa.types.is_large_string,
+            pa.types.is_string_view,
+            pa.types.is_binary,
+            pa.types.is_large_binary,
+            pa.types.is_binary_view,
+            pa.types.is_fixed_size_binary,
+        )
+    )
+
+
 def _parquet_rows(rows: _Rows) -> Iterator[Row]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -207,12 +228,14 @@ def _parquet_rows(rows: _Rows) -> Iterator[Row]:
         data: dict[str, list[Any]] = {}
         for name in columns:
             column = batch.column(name)
-            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            if _holds_text(column.type):
                 # As bytes, decoded here: a value that is not UTF-8 (a writer
                 # that did not check) is that row's problem, not the file's.
+                # Arrow casts each text type to large_binary without checking
+                # (a dictionary's values looked up, string_view's buffers read).
                 data[name] = [
                     None if v is None else v.decode("utf-8", "surrogateescape")
-                    for v in column.cast(pa.binary()).to_pylist()
+                    for v in column.cast(pa.large_binary()).to_pylist()
                 ]
             else:
                 data[name] = column.to_pylist()
