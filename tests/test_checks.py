@@ -114,6 +114,14 @@ def test_colbert_vectors_are_bounded_by_their_values():
     assert refusal(check_colbert_values, 13, 12) == (
         "data.return_colbert_vecs",
         "data.return_colbert_vecs: the ColBERT vectors of this request hold 13 values "
-        "(tokens x hidden size); at most 12 are allowed per response (send fewer or shorter "
+        "(tokens x hidden size); at most 12 are allowed per request (send fewer or shorter "
         "texts, or set BGE_M3_SPARSE_MAX_COLBERT_VALUES on the server)",
+    )
+    # The same budget for a score's ColBERT vectors, named by what holds the texts.
+    assert refusal(check_colbert_values, 13, 12, "data.documents") == (
+        "data.documents",
+        "data.documents: the ColBERT vectors of this request hold 13 values (tokens x "
+        "hidden size) to score with; at most 12 are allowed per request (give modes without "
+        "colbert, send fewer or shorter texts, or set BGE_M3_SPARSE_MAX_COLBERT_VALUES on "
+        "the server)",
     )

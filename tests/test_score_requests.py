@@ -5,6 +5,7 @@ five keys per pair; against real FlagEmbedding, on a real engine and server."""
 from __future__ import annotations
 
 import asyncio
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -209,3 +210,70 @@ def test_a_score_being_tokenized_leaves_the_event_loop_free(server):
     assert answer.status_code == 200, answer.text
     assert len(answer.json()["data"]["data"]) == 100
     assert healths >= 200, healths
+
+
+# -- the ColBERT budget and the top-level fields of a score ---------------------
+
+
+def test_a_scores_colbert_vectors_count_against_the_colbert_bound(server, tokenizer, model_dir):
+    """A score's ColBERT vectors cross to the API server for the MaxSim: past
+    BGE_M3_SPARSE_MAX_COLBERT_VALUES the score is refused before the model
+    runs, naming data.documents and the count; the same texts scored without
+    ColBERT (modes) make none and are answered."""
+    from bge_m3_sparse_plugin._config import DEFAULT_MAX_COLBERT_VALUES
+
+    hidden = json.loads((model_dir / "config.json").read_text())["hidden_size"]
+    docs = [f"{i} " + "rivers and mountains under the sky " * 20 for i in range(400)]
+    # The vectors each text makes: one per token but <s>, as compute_score's.
+    vectors = sum(len(tokenizer(t)["input_ids"]) - 1 for t in ["q", *docs])
+    assert vectors * hidden > DEFAULT_MAX_COLBERT_VALUES  # the case is past the bound
+    refused = post(server, body({"query": "q", "documents": docs}))
+    assert refused.status_code == 400, refused.text
+    error = refused.json()["error"]
+    assert error["param"] == "data.documents", error
+    assert f"hold {vectors * hidden} values" in error["message"], error
+    assert f"at most {DEFAULT_MAX_COLBERT_VALUES}" in error["message"], error
+    answered = post(server, body({"query": "q", "documents": docs, "modes": ["sparse+dense"]}))
+    assert answered.status_code == 200, answered.text
+    assert len(answered.json()["data"]["data"]) == len(docs)
+
+
+@pytest.mark.parametrize(
+    "extra,param",
+    [
+        ({"truncate_prompt_tokens": 4}, "truncate_prompt_tokens"),
+        ({"truncation_side": "left"}, "truncation_side"),
+        ({"padding": "max_length"}, "padding"),
+        ({"encoding_format": "base64"}, "encoding_format"),
+        ({"use_activation": False}, "use_activation"),
+        ({"embed_task": "dense"}, "embed_task"),
+    ],
+)
+def test_a_top_level_field_a_score_cannot_honour_is_refused_by_name(server, extra, param):
+    """truncate_prompt_tokens on a score cut the plugin's own token ids to the
+    first N and lost </s>: a wrong ColBERT score, answered 200. Refused now,
+    as every top-level field that would change an answer or be dropped."""
+    resp = post(server, {**body({"query": "q", "documents": ["a text", "another"]}), **extra})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()["error"]
+    assert error["param"] == param, error
+    assert param in error["message"], error
+
+
+def test_top_level_fields_that_change_no_answer_are_left_to_vllm(server):
+    plain = post(server, body({"query": "q", "documents": ["a text"]}))
+    assert plain.status_code == 200, plain.text
+    same = post(
+        server,
+        {
+            **body({"query": "q", "documents": ["a text"]}),
+            "user": "u",
+            "priority": 0,
+            "cache_salt": "salt-1",
+            "request_id": "score-fields-1",
+            "truncation_side": "right",
+            "padding": "do_not_pad",
+        },
+    )
+    assert same.status_code == 200, same.text
+    assert same.json()["data"] == plain.json()["data"]

@@ -50,15 +50,21 @@ def _too_many(field: str, n: int, max_inputs: int) -> RequestError:
     )
 
 
-def check_colbert_values(values: int, max_values: int) -> None:
-    """The ColBERT vectors of a response hold at most ``max_values`` values
-    (tokens x hidden size)."""
+def check_colbert_values(
+    values: int, max_values: int, field: str = "data.return_colbert_vecs"
+) -> None:
+    """The ColBERT vectors a request makes hold at most ``max_values`` values
+    (tokens x hidden size), whether it returns them or scores with them:
+    one budget for every path that makes them. ``field`` names the request's
+    part that asked for them."""
     if values > max_values:
+        scoring = field != "data.return_colbert_vecs"
+        advice = ("give modes without colbert, " if scoring else "") + "send fewer or shorter texts"
         raise RequestError(
-            f"data.return_colbert_vecs: the ColBERT vectors of this request hold {values} "
-            f"values (tokens x hidden size); at most {max_values} are allowed per response "
-            f"(send fewer or shorter texts, or set {MAX_COLBERT_VALUES_ENV} on the server)",
-            "data.return_colbert_vecs",
+            f"{field}: the ColBERT vectors of this request hold {values} values (tokens x "
+            f"hidden size){' to score with' if scoring else ''}; at most {max_values} are "
+            f"allowed per request ({advice}, or set {MAX_COLBERT_VALUES_ENV} on the server)",
+            field,
         )
 
 

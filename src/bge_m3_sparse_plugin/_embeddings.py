@@ -22,6 +22,7 @@ __all__ = [
     "Model",
     "ThreeOutputs",
     "colbert_values",
+    "colbert_values_of",
     "embedding_items",
     "split_colbert",
     "three_outputs",
@@ -138,12 +139,17 @@ def colbert_values(
     total = 0
     for k, task in enumerate(tasks):
         if task == ONE_PASS_TASK:
-            rows = sum(_colbert_rows(ids, model) for ids in token_lists[k * n : (k + 1) * n])
-            total += rows * model.hidden_size
+            total += colbert_values_of(token_lists[k * n : (k + 1) * n], model)
         elif task in GIVES_COLBERT:
             outputs = pooled[k * n : (k + 1) * n]
             total += sum(int(np.prod(getattr(data, "shape", np.shape(data)))) for data in outputs)
     return total
+
+
+def colbert_values_of(token_lists: Sequence[Sequence[int]], model: Model) -> int:
+    """How many ColBERT values (tokens x hidden) inputs of these token ids
+    make, known before they run."""
+    return sum(_colbert_rows(ids, model) for ids in token_lists) * model.hidden_size
 
 
 def split_colbert(

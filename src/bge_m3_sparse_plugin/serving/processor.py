@@ -37,7 +37,13 @@ from .._config import (
     Limits,
     hf_overrides_flag,
 )
-from .._embeddings import Model, colbert_values, embedding_items, three_outputs
+from .._embeddings import (
+    Model,
+    colbert_values,
+    colbert_values_of,
+    embedding_items,
+    three_outputs,
+)
 from .._exceptions import IdInUse, RequestError, TooManyPending
 from .._model_length import max_tokens
 from .._prompts import prompts_for, score_plan, tokenize
@@ -68,6 +74,7 @@ from ._guard import guard_model_routes
 from ._metrics import set_pending
 from ._offload import REQUEST_TASK, offload_preprocessing
 from ._pending import PendingRequests
+from ._top_level import check_top_level_fields
 
 __all__ = ["BgeM3SparseProcessor"]
 
@@ -159,8 +166,10 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         # from here on, --api-key guards /pooling, /invocations and every other
         # route that runs the model (_guard.py says why here), and requests to
         # the plugin are parsed and their prompts built in a worker thread, off
-        # the event loop (_offload.py).
+        # the event loop (_offload.py), each top-level field checked against
+        # its kind (_top_level.py).
         guard_model_routes()
+        check_top_level_fields()
         offload_preprocessing(lambda processor: isinstance(processor, BgeM3SparseProcessor))
         model_config = vllm_config.model_config
         hf_config = model_config.hf_config
@@ -289,6 +298,13 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
             ]
         prompts = [{"prompt_token_ids": ids} for ids in token_lists]
         modes = None if request.modes is None else tuple(request.modes)
+        if needs_colbert(modes):  # the MaxSim's vectors reach this process: one budget
+            with _as_400():
+                check_colbert_values(
+                    colbert_values_of(token_lists, self.model),
+                    self.limits.max_colbert_values,
+                    "data.pairs" if request.pairs is not None else "data.documents",
+                )
         tasks = score_tasks(self.one_pass) if needs_colbert(modes) else (DEFAULT_TASK,)
         options = _ScoreOptions(
             n_queries=len(plan.queries),
