@@ -1,7 +1,7 @@
 """What large and abusive requests cost a real server, and other clients meanwhile.
 
     python benchmarks/bench_abuse.py [--model small|mid] [--body-mb 50] [--long-chars 20000000]
-    python benchmarks/bench_abuse.py --worst [--model wide]
+    python benchmarks/bench_abuse.py --worst [--model wide] [--only ColBERT]
 
 ``--worst``: on a model of bge-m3's width (hidden size 1024, two layers), the
 largest request of each kind that the default limits accept, and what is
@@ -91,7 +91,18 @@ def worst_cases(hidden: int, max_tokens: int) -> dict[str, dict]:
         [[0, *[5] * (rest - 1), 2]] if rest else []
     )
     past_bound = [*at_bound, [0, 5, 2]]
+    # A score's ColBERT vectors, for the MaxSim: passages of per_text tokens
+    # but <s> (words of one token each), under the bound and 16 times past it.
+    passage = "sea " * (per_text - 1)
+    score_at = [f"{i} " + passage for i in range(max(1, tokens // per_text - 1))]
+    score_past = [f"{i} " + passage for i in range(16 * tokens // per_text)]
     return {
+        f"score under the ColBERT bound ({len(score_at)} passages of {per_text} tokens)": {
+            "data": {"query": "q", "documents": score_at}
+        },
+        f"score 16x past the ColBERT bound ({len(score_past)} passages; refused)": {
+            "data": {"query": "q", "documents": score_past}
+        },
         # Each text cut short: the API server's share (parsing, tokenizing,
         # the answer) is what is measured, not the engine's.
         f"embedding at the character cap ({DEFAULT_MAX_INPUTS} texts, "
@@ -168,7 +179,7 @@ def idle_probe(server: BenchServer, probe_class: type = Probe) -> float:
     return percentile(probe.latencies, 50)
 
 
-def worst(model: str) -> None:
+def worst(model: str, only: str | None = None) -> None:
     path = model_dir(model)
     config = json.loads((path / "config.json").read_text())
     hidden = config["hidden_size"]
@@ -179,7 +190,8 @@ def worst(model: str) -> None:
         idle = idle_probe(server, HealthProbe)
         print(f"default limits: idle /health p50 {idle * 1000:.1f} ms")
         for name, data in worst_cases(hidden, max_tokens).items():
-            measure(server, name, data, HealthProbe)
+            if only is None or only in name:
+                measure(server, name, data, HealthProbe)
         assert server.proc.poll() is None, "the server died"
     finally:
         server.stop()
@@ -193,9 +205,10 @@ def main() -> None:
     parser.add_argument(
         "--worst", action="store_true", help="the worst accepted request of each kind"
     )
+    parser.add_argument("--only", help="with --worst: the cases whose name holds this")
     args = parser.parse_args()
     if args.worst:
-        worst(args.model or "wide")
+        worst(args.model or "wide", args.only)
         return
     args.model = args.model or "small"
     path = model_dir(args.model)
