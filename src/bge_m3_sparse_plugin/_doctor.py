@@ -216,6 +216,20 @@ def check_heads(folder: Path, hidden: int, download: str) -> Iterator[Finding]:
             yield Finding("ok", f"{name}: " + ", ".join(f"{k} {v}" for k, v in got.items()))
 
 
+def check_architecture(architectures: list[str]) -> Finding:
+    """Whether vLLM loads the model as the plugin's one-pass architecture."""
+    if architectures == HF_OVERRIDES["architectures"]:
+        return Finding(
+            "ok", f"architecture: {ONE_PASS_ARCHITECTURE} in config.json, no override needed"
+        )
+    return Finding(
+        "advice",
+        f"architecture: {architectures} in config.json; vLLM must load it as "
+        f"{ONE_PASS_ARCHITECTURE} (BgeM3EmbeddingModel, all three outputs from one "
+        f"pass): serve with {hf_overrides_flag()} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
+    )
+
+
 def check_model(model: str) -> list[Finding]:
     where = locate_model(model)
     download = f"hf download BAAI/bge-m3 sparse_linear.pt colbert_linear.pt --local-dir {model}"
@@ -250,23 +264,7 @@ def check_model(model: str) -> list[Finding]:
     config = json.loads(config_path.read_text())
     hidden = int(config.get("hidden_size", 0))
     findings = list(check_heads(folder, hidden, download))
-    architectures = config.get("architectures") or []
-    flag = hf_overrides_flag()
-    if architectures == HF_OVERRIDES["architectures"]:
-        findings.append(
-            Finding(
-                "ok", f"architecture: {ONE_PASS_ARCHITECTURE} in config.json, no override needed"
-            )
-        )
-    else:
-        findings.append(
-            Finding(
-                "advice",
-                f"architecture: {architectures} in config.json; vLLM must load it as "
-                f"{ONE_PASS_ARCHITECTURE} (BgeM3EmbeddingModel, all three outputs from one "
-                f"pass): serve with {flag} (offline: LLM(..., hf_overrides=HF_OVERRIDES))",
-            )
-        )
+    findings.append(check_architecture(config.get("architectures") or []))
     findings += check_precision(folder, hidden)
     longest = positions(config)
     if longest is not None:

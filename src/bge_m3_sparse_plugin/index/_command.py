@@ -37,6 +37,13 @@ makes this 0); 2 refused (bad arguments, or OUTPUT holds another job).
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _corpus_arguments(parser)
+    _engine_arguments(parser)
+    _sink_and_ray_arguments(parser)
+
+
+def _corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """What is read, what each row keeps, and where it goes."""
     parser.add_argument(
         "inputs",
         nargs="+",
@@ -71,6 +78,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="texts per engine call, the command's own count (default: 512; at most "
         f"{MAX_INPUTS_ENV}, {DEFAULT_MAX_INPUTS} by default)",
     )
+
+
+def _engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """vLLM's settings for the engine."""
     parser.add_argument(
         "--dtype",
         default="auto",
@@ -88,11 +99,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-num-batched-tokens", type=int, help="vLLM's setting")
     parser.add_argument("--tensor-parallel-size", type=int, default=1, help="vLLM's setting")
+
+
+def _sink_and_ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the vectors are loaded too, and how the job is spread."""
     parser.add_argument(
         "--sink",
         metavar="KIND:TARGET",
         help="also load the vectors into milvus-lite:PATH, qdrant:PATH (both "
-        "in-process), milvus:URI, qdrant:URL or postgresql://USER@HOST:PORT/DB (servers)",
+        "in-process), milvus:URI, qdrant:URL or postgresql://USER@HOST:PORT/DB (servers; or "
+        "a libpq keyword/value string)",
     )
     parser.add_argument(
         "--collection",
@@ -340,8 +356,14 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         progress.close(summary)
     assert summary is not None  # run_job returned
+    _report(summary, output, backend.describe(), sink)
+    return 1 if summary.totals["errors"] and not args.allow_errors else 0
+
+
+def _report(summary: Summary, output: Path, backend: list[str], sink: SinkSpec | None) -> None:
+    """The summary, the backend's lines and the sink's, on stdout."""
     print_summary(summary, output)
-    for line in backend.describe():
+    for line in backend:
         print(line)
     if sink is not None:
         # Every shard was loaded by an earlier run, which stopped before its sink finished.
@@ -350,7 +372,6 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             f"loaded into {sink.describe()}"
             + ("; finished here: an earlier run stopped before it was" if finished_here else "")
         )
-    return 1 if summary.totals["errors"] and not args.allow_errors else 0
 
 
 def _job(

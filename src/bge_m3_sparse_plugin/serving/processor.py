@@ -40,14 +40,11 @@ from .._config import (
 from .._embeddings import (
     Model,
     colbert_values,
-    colbert_values_of,
     embedding_items,
-    three_outputs,
 )
 from .._exceptions import IdInUse, RequestError, TooManyPending
 from .._model_length import max_tokens
-from .._prompts import prompts_for, score_plan, tokenize
-from .._scores import pair_scores
+from .._prompts import prompts_for
 from .._sparse import start_compiling
 from .._tasks import (
     COLBERT_KWARG,
@@ -55,12 +52,10 @@ from .._tasks import (
     DEFAULT_TASK,
     ONE_PASS_TASK,
     Wants,
-    score_tasks,
     tasks_for,
 )
 from .._tokens import TokenDecoder, special_token_ids
 from ..schemas import (
-    ScoreItem,
     ScoreRequest,
     ScoreResponse,
     SparseEmbeddingRequest,
@@ -68,12 +63,12 @@ from ..schemas import (
     SparseEmbeddingUsage,
     describe_validation_error,
     is_score_request,
-    needs_colbert,
 )
 from ._guard import guard_model_routes
 from ._metrics import set_pending
 from ._offload import REQUEST_TASK, offload_preprocessing
 from ._pending import PendingRequests
+from ._score_route import ScoreOptions, score_prompts, score_response
 from ._top_level import check_top_level_fields
 
 __all__ = ["BgeM3SparseProcessor"]
@@ -92,16 +87,6 @@ class _Options:
     tasks: tuple[str, ...]  # the pooling tasks its prompts ran, one run of inputs each
 
 
-@dataclass(frozen=True)
-class _ScoreOptions:
-    # A scoring request after pre_process: its pairs as indices, its texts dropped.
-    n_queries: int  # the prompts are the distinct queries, then the distinct passages
-    pairs: list[tuple[int, int]]
-    weights: tuple[float, float, float] | None
-    modes: tuple[str, ...] | None  # the scores asked; None: all five
-    tasks: tuple[str, ...]  # score_tasks (one pass or two), or DEFAULT_TASK alone
-
-
 Request = SparseEmbeddingRequest | ScoreRequest
 Response = SparseEmbeddingResponse | ScoreResponse
 
@@ -110,7 +95,7 @@ Response = SparseEmbeddingResponse | ScoreResponse
 # thread, one call after the other: a context variable carries the options
 # (each thread has its own), and a call that failed in between is simply
 # overwritten by the next one.
-_offline_options: contextvars.ContextVar[_Options | _ScoreOptions | None] = contextvars.ContextVar(
+_offline_options: contextvars.ContextVar[_Options | ScoreOptions | None] = contextvars.ContextVar(
     "bge_m3_sparse_offline_options", default=None
 )
 
@@ -209,7 +194,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         # second, not spent on start-up).
         self._one_pass = None if _loaded_as_one_pass(model_config.architecture) else False
         self._checking = threading.Lock()
-        self.pending: PendingRequests[_Options | _ScoreOptions] = PendingRequests(
+        self.pending: PendingRequests[_Options | ScoreOptions] = PendingRequests(
             self.limits.max_pending, on_change=set_pending
         )
         set_pending(0)  # on /metrics from the start, not from the first request
@@ -275,50 +260,22 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         return self._prompts(request_id, options, prompts, tasks)
 
     def _pre_score(self, request: ScoreRequest, request_id: str | None) -> Sequence[PromptType]:
-        """Each distinct query and passage once, tokenized here with its own
-        cut (as compute_score tokenizes queries and passages apart), for all
-        three outputs."""
-        plan = score_plan(
-            request.pair_list(),
-            request.max_query_length,
-            request.max_passage_length,
-            self.max_tokens,
-        )
         with _as_400():
-            check_limits(
-                plan.queries + plan.passages,
-                self.limits.max_inputs,
-                self.limits.max_chars,
-                "data.pairs" if request.pairs is not None else "data.documents",
+            prompts, options = score_prompts(
+                request,
+                self._cutting_tokenizer,
+                self._cutting,
+                self.limits,
+                self.model,
+                self.max_tokens,
+                self.one_pass,
             )
-        with self._cutting:
-            token_lists = [
-                *tokenize(self._cutting_tokenizer, plan.queries, plan.query_cut),
-                *tokenize(self._cutting_tokenizer, plan.passages, plan.passage_cut),
-            ]
-        prompts = [{"prompt_token_ids": ids} for ids in token_lists]
-        modes = None if request.modes is None else tuple(request.modes)
-        if needs_colbert(modes):  # the MaxSim's vectors reach this process: one budget
-            with _as_400():
-                check_colbert_values(
-                    colbert_values_of(token_lists, self.model),
-                    self.limits.max_colbert_values,
-                    "data.pairs" if request.pairs is not None else "data.documents",
-                )
-        tasks = score_tasks(self.one_pass) if needs_colbert(modes) else (DEFAULT_TASK,)
-        options = _ScoreOptions(
-            n_queries=len(plan.queries),
-            pairs=plan.pairs,
-            weights=request.weights,
-            modes=modes,
-            tasks=tasks,
-        )
-        return self._prompts(request_id, options, prompts, tasks)
+        return self._prompts(request_id, options, prompts, options.tasks)
 
     def _prompts(
         self,
         request_id: str | None,
-        options: _Options | _ScoreOptions,
+        options: _Options | ScoreOptions,
         prompts: Sequence[Any],
         tasks: Sequence[str],
     ) -> list[PromptType]:
@@ -332,7 +289,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         _prompt_tasks.set([task for task in tasks for _ in prompts])
         return cast(list[PromptType], list(prompts) * len(tasks))
 
-    def _hold(self, request_id: str, options: _Options | _ScoreOptions) -> None:
+    def _hold(self, request_id: str, options: _Options | ScoreOptions) -> None:
         """Keep ``options`` for ``post_process`` until the request ends."""
         try:
             self.pending.claim(request_id, options)
@@ -383,9 +340,11 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
             options = self.pending.pop(request_id)
         if options is None:  # vLLM called post_process without pre_process
             raise RuntimeError(f"bge_m3_sparse_plugin has no options for request {request_id!r}")
-        if isinstance(options, _ScoreOptions):
-            return self._post_score(model_output, options)
         token_lists = [out.prompt_token_ids or [] for out in model_output]
+        if isinstance(options, ScoreOptions):
+            return score_response(
+                token_lists, [o.outputs.data for o in model_output], options, self.model
+            )
         inputs = token_lists[: len(token_lists) // len(options.tasks)]  # the first run
         with _as_400():
             check_lengths([len(ids) for ids in inputs], options.single, self.max_tokens)
@@ -400,22 +359,6 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         prompt_tokens = sum(map(len, inputs))
         return SparseEmbeddingResponse(
             data=items,
-            usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
-        )
-
-    def _post_score(
-        self, model_output: Sequence[PoolingRequestOutput], options: _ScoreOptions
-    ) -> ScoreResponse:
-        token_lists = [out.prompt_token_ids or [] for out in model_output]
-        pooled = [out.outputs.data for out in model_output]
-        outputs = three_outputs(token_lists, pooled, options.tasks, self.model)
-        scores = pair_scores(
-            outputs, options.n_queries, options.pairs, options.weights, options.modes
-        )
-        inputs = token_lists[: len(token_lists) // len(options.tasks)]  # the first run
-        prompt_tokens = sum(map(len, inputs))
-        return ScoreResponse(
-            data=[ScoreItem(index=i, scores=s) for i, s in enumerate(scores)],
             usage=SparseEmbeddingUsage(prompt_tokens=prompt_tokens, total_tokens=prompt_tokens),
         )
 
