@@ -2,7 +2,8 @@
 # Set up (once) and run every test: lint, then unit tests, a real vLLM engine,
 # real vLLM servers and a real FlagEmbedding; then, when no test is named, the
 # Ray tests on the oldest Ray allowed (2.50) and the interface tests with the
-# CUDA builds of vLLM 0.33 and 0.34 (their own venv). Every phase runs whatever
+# CUDA builds of vLLM 0.33 and 0.34 (their own venv), and the built wheel in
+# a fresh venv (scripts/test_wheel.sh). Every phase runs whatever
 # the others did; a summary of each phase's result ends the output, and the
 # exit status is 1 if any failed.
 set -euo pipefail
@@ -25,8 +26,10 @@ done
 if [ -n "$named" ]; then  # tests named: those only
   skip "Ray 2.50" "tests named"
   skip "vLLM 0.33 and 0.34" "tests named"
+  skip "the wheel" "tests named"
 else
   phase "Ray 2.50" bash scripts/test_ray_versions.sh -q
   phase "vLLM 0.33 and 0.34" bash scripts/test_vllm_versions.sh -q
+  phase "the wheel" bash scripts/test_wheel.sh
 fi
 summary

@@ -46,8 +46,11 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # what checks them instead.
 NOT_RUN = {
     "./scripts/demo.sh": "the demo itself (3 minutes): each of its examples is run by a test",
-    "pip install 'bge-m3-sparse-plugin[cuda]'": "installs from PyPI: scripts/setup.sh installs the "
-    "same extras from the checkout, and tests/test_client_install.py the [client] extra",
+    "pip install '.[cuda]'": "installs the CUDA build: scripts/setup.sh installs the same "
+    "checkout with [cpu], scripts/test_wheel.sh the built wheel with [cpu] in a fresh venv, and "
+    "tests/test_client_install.py the [client] extra",
+    "python -m build": "builds the wheel: scripts/test_wheel.sh builds it, checks it with twine "
+    "and installs it in a fresh venv",
     "./scripts/setup.sh": "sets up .venv: CI runs it (scripts/test.sh)",
     "benchmarks/make_w8a8.py": "makes an int8 checkpoint in a venv of its own (llm-compressor, "
     "which pins other transformers than vLLM's): not in CI; benchmarks/bench_precision.py --w8a8 "
@@ -58,8 +61,8 @@ NOT_RUN = {
     'eval "$(bge-m3-sparse cpu-env)"': "sets variables: tests/test_doctor.py checks what "
     "cpu-env prints",
     "kill $SERVER_PID": "stops the reader's server: the tests stop theirs (tests/support/server.py)",
-    "pip install 'bge-m3-sparse-plugin[postgres]'": "installs from PyPI: scripts/setup.sh "
-    "installs the same extra from the checkout",
+    "pip install '.[postgres]'": "installs an extra: scripts/setup.sh installs it from the "
+    "checkout",
 }
 
 

@@ -61,5 +61,13 @@ def test_the_test_command_runs_its_phases_through_the_runner():
     runs = [c for c in commands if c.startswith((".venv/bin/", "bash scripts/test_"))]
     assert runs == []  # every command is a phase's
     assert commands[-1] == "summary"
-    for name in ("ruff check", "ruff format", "mypy", "pytest", "Ray 2.50", "vLLM 0.33 and 0.34"):
+    for name in (
+        "ruff check",
+        "ruff format",
+        "mypy",
+        "pytest",
+        "Ray 2.50",
+        "vLLM 0.33 and 0.34",
+        "the wheel",
+    ):
         assert f'phase "{name}" ' in script
