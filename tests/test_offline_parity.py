@@ -110,7 +110,7 @@ def test_bad_input_raises_and_next_call_is_clean(llm, flag_model):
 
     with pytest.raises(VLLMValidationError, match=r"data\.input\[1\] must be a string"):
         encode(llm, {"input": ["fine", 3], "return_tokens": True})
-    with pytest.raises(VLLMValidationError, match=r"data\.input has 1025 tokens"):
+    with pytest.raises(VLLMValidationError, match=r"maximum context length is 1024 tokens"):
         encode(llm, {"input": "x " * 1023, "return_dense": True})
     # A failed call leaves nothing that changes the next one's options.
     out = encode(llm, {"input": ["I love China"]})

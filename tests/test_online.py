@@ -126,25 +126,26 @@ BAD_DATA = [
         "data.return_sparse",
         "data.return_sparse",
     ),
-    # Over vLLM's max_model_len (1026 here): vLLM's own check refuses it.
+    # Over vLLM's max_model_len (1024 here): vLLM's own check refuses it.
     (
         "text over max_model_len",
         {"input": ["ok", "x " * 1100]},
-        "maximum context length is 1026",
+        "maximum context length is 1024",
         "input_tokens",
     ),
-    # Within max_model_len, over the 1024 positions the model has: the plugin refuses it.
+    # Over the 1024 positions the model has: its config says position_embedding_type
+    # absolute (as bge-m3's), so vLLM's max_model_len is the tokenizer's 1024, exact.
     (
         "ids over the model's positions",
         {"input": [0] + [5] * 1024 + [2]},
-        "data.input has 1026 tokens, special tokens included; this model takes at most 1024",
-        "data.input",
+        "maximum context length is 1024 tokens. However, your prompt contains 1026 input tokens",
+        "input_tokens",
     ),
     (
         "texts over the model's positions",
         {"input": ["ok", "x " * 1023]},
-        "data.input[1] has 1025 tokens",
-        "data.input",
+        "maximum context length is 1024 tokens. However, your prompt contains at least 1025",
+        "input_tokens",
     ),
     # The plugin's cap on characters per request (BGE_M3_SPARSE_MAX_CHARS, 8,000,000 by default).
     (

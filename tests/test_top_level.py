@@ -14,6 +14,7 @@ EMBED = {"input": ["a text"]}
 # vLLM 0.32's IOProcessorRequest fields, with their defaults (read in
 # vllm/entrypoints/pooling/base/protocol.py), and what is refused, per kind.
 DEFAULTS = {
+    "data": None,
     "model": None,
     "user": None,
     "truncate_prompt_tokens": None,
@@ -55,7 +56,7 @@ def test_fields_that_change_no_answer_are_never_refused(data, name, value):
 @given(
     data=st.sampled_from([SCORE, EMBED]),
     name=st.text(alphabet="abcdefghij_", min_size=1, max_size=12).filter(
-        lambda n: n not in DEFAULTS and n != "data"
+        lambda n: n not in DEFAULTS
     ),
     value=st.none() | st.booleans() | st.integers() | st.text(max_size=8),
 )
@@ -83,3 +84,11 @@ def test_a_field_that_would_change_the_answer_is_refused_on_both_kinds(data, cha
     name, value = change
     found = refusal({**DEFAULTS, name: value}, data)
     assert found is not None and found[1] == name and repr(value) in found[0]
+
+
+def test_a_body_without_data_is_refused_naming_data():
+    """vLLM parses {"input": "x", "task": "plugin"} as another pooling request
+    and sends it to the plugin's path, where it answered an empty 500."""
+    fields = {k: v for k, v in DEFAULTS.items() if k != "data"}
+    message, field = refusal({**fields, "input": "x"}, None)
+    assert field == "data" and "not in input" in message

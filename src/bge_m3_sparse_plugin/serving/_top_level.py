@@ -74,7 +74,16 @@ _WRAPPED = "_bge_m3_sparse_top_level_checked"
 def refusal(fields: Mapping[str, Any], data: object) -> tuple[str, str] | None:
     """(message, field) for the first top-level field that the request kind
     of ``data`` cannot honour, or None. ``fields`` are the request's fields
-    as sent (defaults included), beside ``data``."""
+    as sent (defaults included), beside ``data``. A body without ``data``
+    (vLLM parsed it as another kind of pooling request) is refused first."""
+    if "data" not in fields:
+        named = next((n for n in ("input", "messages") if n in fields), None)
+        return (
+            "data: a request to the plugin holds its texts in data"
+            + (f", not in {named}" if named else "")
+            + ' ({"data": {"input": [...]}}, or query and documents, or pairs, to score)',
+            "data",
+        )
     score = is_score_request(data)
     allows = _SCORE_ALLOWS if score else _EMBEDDING_ALLOWS
     kind = "a score request" if score else "an embedding request"
@@ -120,7 +129,7 @@ def _wrap(make: Callable[..., Any]) -> Callable[..., Any]:
         request = ctx.request
         sent = dict(request)  # pydantic: the declared fields, defaults included
         sent.update(request.model_extra or {})  # and those vLLM would ignore
-        found = refusal(sent, getattr(request, "data", None))
+        found = refusal(sent, sent.get("data"))
         if found is not None:
             from vllm.exceptions import VLLMValidationError
 
