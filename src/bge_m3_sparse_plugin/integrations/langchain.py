@@ -32,6 +32,7 @@ from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
 from pydantic import ConfigDict
 
+from .._config import install_hint
 from .._missing import is_missing
 from ._langchain_base import BgeM3DenseEmbeddings
 from ._rerank import RerankerSettings, ranked
@@ -101,8 +102,8 @@ def __getattr__(name: str) -> Any:
         if not is_missing(exc, package):
             raise
         raise ModuleNotFoundError(
-            f"{name} needs {distribution}: pip install 'bge-m3-sparse-plugin[langchain]' "
-            f"(or pip install {distribution})",
+            f"{name} needs {distribution}: {install_hint('langchain')}, "
+            f"or pip install {distribution}",
             name=package,
         ) from exc
     return getattr(found, name)
