@@ -35,6 +35,8 @@ from bge_m3_sparse_plugin.index._reader import (
     resolve_inputs,
 )
 
+from .support.corpus import index_cmd, run
+
 
 def rows_of(path: Path, **kw) -> list[tuple]:
     return [(r.id, r.text, r.row, r.problem) for r in read_rows([path], **kw)]
@@ -598,21 +600,7 @@ def test_an_output_that_is_a_file_is_a_one_line_refusal(tmp_path, under):
     afile = tmp_path / "afile"
     afile.write_text("mine\n")
     output = afile / "vectors" if under else afile
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bge_m3_sparse_plugin",
-            "index",
-            str(corpus),
-            str(output),
-            "--model",
-            str(tmp_path / "no-such-model"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = run(index_cmd(tmp_path / "no-such-model", corpus, output))
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and f"OUTPUT {str(output)!r}" in errors[0], done.stderr
