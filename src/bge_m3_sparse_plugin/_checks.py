@@ -14,6 +14,7 @@ from ._exceptions import RequestError
 __all__ = [
     "check_colbert_values",
     "check_counts",
+    "check_dimensions",
     "check_lengths",
     "check_limits",
     "item_field",
@@ -95,3 +96,17 @@ def check_lengths(token_counts: Sequence[int], single: bool, max_tokens: int) ->
                 f"or send truncate_prompt_tokens <= {max_tokens}",
                 "data.input",
             )
+
+
+def check_dimensions(dimensions: int | None, hidden_size: int) -> None:
+    """The reference plugin's ``dimensions``: a Matryoshka size of the dense
+    vector. bge-m3 declares none (its config has no ``matryoshka_dimensions``,
+    and vLLM's reference plugin refuses the field for such a model), so only
+    the model's own size, which cuts nothing, is honoured."""
+    if dimensions is not None and dimensions != hidden_size:
+        raise RequestError(
+            f"data.dimensions={dimensions} cannot be honoured: bge-m3 has no Matryoshka "
+            f"dimensions, and a dense vector cut short of its {hidden_size} values is not one "
+            f"the model was trained to give; leave it out, or give {hidden_size}",
+            "data.dimensions",
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast, get_args
@@ -14,6 +15,8 @@ from pydantic import (
     Field,
     StrictBool,
     ValidationError,
+    ValidationInfo,
+    field_validator,
     model_serializer,
     model_validator,
 )
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = [
+    "EMBED_TASKS",
     "SCORE_KEYS",
     "IndicesValues",
     "ScoreItem",
@@ -45,6 +49,9 @@ __all__ = [
 ]
 
 Input = str | list[str] | list[int] | list[list[int]]
+# The reference plugin's embed_task values (vLLM PR #37632).
+EmbedTask = Literal["dense", "sparse", "dense&sparse"]
+EMBED_TASKS: tuple[EmbedTask, ...] = get_args(EmbedTask)
 
 _INPUT_SHAPES = (
     "a string, a non-empty list of strings, a non-empty list of token ids, "
@@ -80,6 +87,19 @@ def _name_the_bad_token_id(value: list[object], where: str) -> None:
                 "{where}[{i}] must be a token id (an integer >= 0), got {value}",
                 {"where": where, "i": i, "value": _short(token)},
             )
+
+
+def json_repr(value: object) -> str:
+    """A value as JSON writes it (``true``, ``null``), for messages about a
+    request's JSON; ``repr`` where JSON has no form for it."""
+    try:
+        return _short_text(json.dumps(value))
+    except (TypeError, ValueError):
+        return _short(value)
+
+
+def _short_text(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _short(value: object) -> str:
@@ -122,6 +142,10 @@ def _utf8_text(text: str) -> str:
     return text
 
 
+def _null_is_false(value: bool | None) -> bool:
+    return bool(value)
+
+
 def _check_input(value: object) -> Input:
     """Accept the four input shapes; name the first bad element otherwise.
 
@@ -162,6 +186,21 @@ def _check_input(value: object) -> Input:
     )
 
 
+_EMBED_TASK_GIVES = {
+    "dense": "the dense vector alone",
+    "sparse": "the sparse weights alone",
+    "dense&sparse": "the dense vector and the sparse weights",
+}
+# Why the reference plugin's flags may only be true here.
+_ONLY_TRUE = {
+    "use_activation": (
+        "the plugin serves FlagEmbedding's outputs, the activated ones (normalised dense and "
+        "ColBERT vectors, ReLU'd token weights), and no raw ones"
+    ),
+    "add_special_tokens": "bge-m3's outputs are those of a text between <s> and </s>",
+}
+
+
 class SparseEmbeddingRequest(BaseModel):
     """The ``data`` object of a request, with FlagEmbedding's ``encode`` flags."""
 
@@ -174,8 +213,10 @@ class SparseEmbeddingRequest(BaseModel):
             "tokenizer gives it, `<s>` and `</s>` included."
         )
     )
-    return_tokens: StrictBool = Field(
-        default=False, description="Add each token's text to the sparse entries."
+    return_tokens: Annotated[StrictBool | None, AfterValidator(_null_is_false)] = Field(
+        default=False,
+        description="Add each token's text to the sparse entries (null, as the reference "
+        "plugin takes it: false).",
     )
     return_sparse: StrictBool = Field(
         default=True, description="Return the sparse (lexical) weights."
@@ -213,6 +254,74 @@ class SparseEmbeddingRequest(BaseModel):
     min_weight: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)] | None = Field(
         default=None, description="Drop entries whose weight is below this."
     )
+    # vLLM's reference plugin's fields (tests/plugins/bge_m3_sparse_plugin in
+    # vLLM), so that its requests run here unchanged; docs/migrating.md says
+    # how its answers and these differ.
+    embed_task: EmbedTask | None = Field(
+        default=None,
+        description=(
+            "vLLM's reference plugin's choice of outputs: dense, sparse or dense&sparse. It "
+            "sets return_dense and return_sparse; either given beside it must agree."
+        ),
+    )
+    dimensions: Annotated[int, Field(strict=True, ge=1)] | None = Field(
+        default=None,
+        description=(
+            "The reference plugin's Matryoshka size of the dense vector. bge-m3 declares "
+            "none, so only the model's own size (its hidden size) can be honoured."
+        ),
+    )
+    use_activation: StrictBool | None = Field(
+        default=None,
+        description=(
+            "The reference plugin's flag: true, its default, is what the plugin serves "
+            "(FlagEmbedding's outputs: normalised vectors, ReLU'd weights)."
+        ),
+    )
+    add_special_tokens: StrictBool | None = Field(
+        default=None,
+        description="vLLM's flag, as the reference plugin takes it: <s> and </s> are always added.",
+    )
+
+    @field_validator("use_activation", "add_special_tokens", mode="before")
+    @classmethod
+    def _only_what_is_served(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None or value is True:
+            return value
+        name = str(info.field_name)
+        raise PydanticCustomError(
+            "input_unsupported",
+            "data.{name} may be true or null (the default), got {given}: {why}",
+            {
+                "name": name,
+                "given": json_repr(value),
+                "why": _ONLY_TRUE[name],
+                "field": f"data.{name}",
+            },
+        )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _embed_task_sets_the_flags(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("embed_task") not in EMBED_TASKS:
+            return data  # none, or one the field itself refuses by name
+        task = data["embed_task"]
+        flags = {"return_dense": "dense" in task.split("&"), "return_sparse": "sparse" in task}
+        for name, value in flags.items():
+            if name in data and data[name] is not value:
+                raise PydanticCustomError(
+                    "input_combination",
+                    "data.embed_task {task} returns {what}, but data.{name} is {given}: "
+                    "give one of the two",
+                    {
+                        "task": repr(task),
+                        "what": _EMBED_TASK_GIVES[task],
+                        "name": name,
+                        "given": json_repr(data[name]),
+                        "field": "data.embed_task",
+                    },
+                )
+        return {**data, **flags}
 
     @model_validator(mode="after")
     def _tokens_need_token_weights(self) -> SparseEmbeddingRequest:

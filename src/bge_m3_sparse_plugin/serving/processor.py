@@ -29,7 +29,13 @@ from vllm.plugins.io_processors.interface import IOProcessor
 from vllm.pooling_params import PoolingParams
 from vllm.renderers import BaseRenderer
 
-from .._checks import check_colbert_values, check_counts, check_lengths, check_limits
+from .._checks import (
+    check_colbert_values,
+    check_counts,
+    check_dimensions,
+    check_lengths,
+    check_limits,
+)
 from .._config import (
     MAX_PENDING_ENV,
     ONE_PASS_ARCHITECTURE,
@@ -251,6 +257,7 @@ class BgeM3SparseProcessor(IOProcessor[Request, Response]):
         wants = Wants(prompt.return_sparse, prompt.return_dense, prompt.return_colbert_vecs)
         inputs, single = prompt.inputs(), prompt.is_single()
         with _as_400():
+            check_dimensions(prompt.dimensions, self.model.hidden_size)
             tasks = tasks_for(wants, wants.colbert and self.one_pass)  # checked when it matters
             check_limits(inputs, self.limits.max_inputs, self.limits.max_chars)
             prompts = prompts_for(inputs, single, self.vocab_size)
