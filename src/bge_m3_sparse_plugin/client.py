@@ -270,19 +270,17 @@ def _dense_of(response: SparseEmbeddingResponse) -> list[list[float]]:
 
 def _score_bodies(
     model: str | None,
-    query: str,
-    documents: Sequence[str],
+    texts: dict[str, Any],
     weights: Sequence[float] | None,
     max_query_length: int | None,
     max_passage_length: int | None,
     modes: Sequence[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """The scoring requests' bodies: the query against each batch of
-    ``ADAPTER_BATCH_SIZE`` documents, checked with the server's own schema
-    before any is sent."""
+    """The scoring requests' bodies for ``texts`` (``query`` and
+    ``documents``, or ``pairs``): ``ADAPTER_BATCH_SIZE`` documents or pairs
+    each, checked with the server's own schema before any is sent."""
     data = {
-        "query": query,
-        "documents": list(documents) if not isinstance(documents, str) else documents,
+        **{k: list(v) if isinstance(v, (list, tuple)) else v for k, v in texts.items()},
         "weights": list(weights) if weights is not None else None,
         "max_query_length": max_query_length,
         "max_passage_length": max_passage_length,
@@ -293,12 +291,13 @@ def _score_bodies(
     except ValidationError as exc:
         message, field = describe_validation_error(exc)
         raise SparseEmbeddingError(message, param=field) from None
-    assert request.documents is not None  # the schema's check
+    batched = "pairs" if request.pairs is not None else "documents"
+    items = getattr(request, batched)
     bodies = []
-    for start in range(0, len(request.documents), ADAPTER_BATCH_SIZE):
-        batch = request.documents[start : start + ADAPTER_BATCH_SIZE]
+    for start in range(0, len(items), ADAPTER_BATCH_SIZE):
+        batch = items[start : start + ADAPTER_BATCH_SIZE]
         body: dict[str, Any] = {
-            "data": request.model_copy(update={"documents": batch}).model_dump(exclude_none=True)
+            "data": request.model_copy(update={batched: batch}).model_dump(exclude_none=True)
         }
         if model is not None:
             body["model"] = model
@@ -431,7 +430,35 @@ class SparseEmbeddingClient(_Client[httpx.Client]):
         if not isinstance(documents, str) and len(documents) == 0:
             return []
         bodies = _score_bodies(
-            self.model, query, documents, weights, max_query_length, max_passage_length, modes
+            self.model,
+            {"query": query, "documents": documents},
+            weights,
+            max_query_length,
+            max_passage_length,
+            modes,
+        )
+        return _scores_of([_parse_response(self._post(body), ScoreResult) for body in bodies])
+
+    def score_pairs(
+        self,
+        pairs: Sequence[tuple[str, str]],
+        *,
+        weights: Sequence[float] | None = None,
+        max_query_length: int | None = None,
+        max_passage_length: int | None = None,
+        modes: Sequence[str] | None = None,
+    ) -> list[dict[str, float]]:
+        """:meth:`score` for ``(query, passage)`` pairs: ``compute_score``'s
+        own input, one dict per pair, in their order."""
+        if len(pairs) == 0:
+            return []
+        bodies = _score_bodies(
+            self.model,
+            {"pairs": [list(pair) for pair in pairs]},
+            weights,
+            max_query_length,
+            max_passage_length,
+            modes,
         )
         return _scores_of([_parse_response(self._post(body), ScoreResult) for body in bodies])
 
@@ -496,7 +523,12 @@ class AsyncSparseEmbeddingClient(_Client[httpx.AsyncClient]):
         if not isinstance(documents, str) and len(documents) == 0:
             return []
         bodies = _score_bodies(
-            self.model, query, documents, weights, max_query_length, max_passage_length, modes
+            self.model,
+            {"query": query, "documents": documents},
+            weights,
+            max_query_length,
+            max_passage_length,
+            modes,
         )
         slots = asyncio.Semaphore(concurrency)
 

@@ -8,13 +8,11 @@ the code the server runs.
 
 from __future__ import annotations
 
-import os
 from typing import Any, cast
 
-from .._config import cpu_binding, engine_kwargs
+from .._llm import start_llm, stop_llm
 from .._model_length import max_tokens
 from .._prompts import tokenize
-from ._model_info import on_gpu
 from ._types import Encoded, EncodeOptions, EngineSettings
 
 __all__ = ["Encoder"]
@@ -39,28 +37,18 @@ class Encoder:
     @classmethod
     def start(cls, model: str, options: EncodeOptions, settings: EngineSettings) -> Encoder:
         """An engine of its own for ``model``, stopped by :meth:`close`."""
-        gpu = on_gpu()
-        if not gpu:
-            # Before vLLM starts: its engine process inherits them. A Ray
-            # replica has set its own range already.
-            for key, value in cpu_binding().items():
-                os.environ.setdefault(key, value)
-        from vllm import LLM
-
-        kwargs = engine_kwargs(
-            gpu,
-            model=model,
+        llm = start_llm(
+            model,
             dtype=settings.dtype,
             tensor_parallel_size=settings.tensor_parallel_size,
             gpu_memory_utilization=settings.gpu_memory_utilization,
             max_model_len=settings.max_model_len,
             max_num_batched_tokens=settings.max_num_batched_tokens,
         )
-        llm = LLM(**kwargs)
         try:
             return cls(llm, options, owns_engine=True)
         except BaseException:
-            llm.llm_engine.engine_core.shutdown()
+            stop_llm(llm)
             raise
 
     def tokenize(self, texts: list[str]) -> list[list[int]]:
@@ -87,7 +75,5 @@ class Encoder:
         )
 
     def close(self) -> None:
-        # vLLM's own shutdown waits for its engine process before it kills it:
-        # a kill sooner leaves a "leaked shared_memory" warning.
         if self.owns_engine:
-            self.llm.llm_engine.engine_core.shutdown()
+            stop_llm(self.llm)
