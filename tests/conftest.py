@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -42,6 +43,42 @@ def flag_model(model_dir: Path):
     from FlagEmbedding import BGEM3FlagModel
 
     return BGEM3FlagModel(str(model_dir), use_fp16=False, devices="cpu")
+
+
+def _engine_processes() -> set[int]:
+    """This process's vLLM engine processes (VLLM::EngineCore, VLLM::Worker),
+    not multiprocessing's resource tracker, which lives as long as we do."""
+    import psutil
+
+    return {
+        child.pid
+        for child in psutil.Process().children(recursive=True)
+        if child.name().startswith("VLLM::")
+    }
+
+
+@pytest.fixture(scope="session")
+def dropin(model_dir: Path):
+    """integrations.flagembedding's drop-in on an engine of its own in this
+    process (the drop-ins' tests share it); its ``with`` block's end must
+    stop that engine's processes."""
+    import psutil
+
+    from bge_m3_sparse_plugin.integrations.flagembedding import BGEM3FlagModel
+
+    before = _engine_processes()
+    with BGEM3FlagModel(str(model_dir), use_fp16=False) as model:
+        engine = _engine_processes() - before
+        assert engine, "the drop-in started no engine process"
+        yield model
+    # vLLM's shutdown stops the engine core, whose worker follows it: a
+    # moment to go, then none may be left.
+    procs = []
+    for pid in engine:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs.append(psutil.Process(pid))
+    _, alive = psutil.wait_procs(procs, timeout=30)
+    assert alive == [], f"the engine's processes outlived the with block: {alive}"
 
 
 @pytest.fixture(scope="session")

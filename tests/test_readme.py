@@ -63,6 +63,13 @@ NOT_RUN = {
     "kill $SERVER_PID": "stops the reader's server: the tests stop theirs (tests/support/server.py)",
     "pip install '.[postgres]'": "installs an extra: scripts/setup.sh installs it from the "
     "checkout",
+    "from bge_m3_sparse_plugin.integrations.flagembedding import BGEM3FlagModel": "loads "
+    "BAAI/bge-m3 from the hub: tests/test_dropin_flagembedding.py runs the same usage "
+    "(tests/support/usage/flagembedding_usage.py) on the small model, on FlagEmbedding and on the "
+    "drop-in, and compares the results",
+    "from bge_m3_sparse_plugin.integrations.milvus import BGEM3EmbeddingFunction": "loads "
+    "BAAI/bge-m3 from the hub: tests/test_dropin_milvus.py runs the same flow "
+    "(tests/support/usage/milvus_usage.py) on the small model, on pymilvus-model and on the drop-in",
 }
 
 

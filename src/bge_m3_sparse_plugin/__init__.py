@@ -26,6 +26,7 @@ from ._exceptions import (
     SinkError,
     SparseEmbeddingError,
     TableMismatch,
+    UnsupportedArgument,
 )
 from ._version import __version__
 from ._vllm_version import check_vllm_version, installed_vllm_version
@@ -42,6 +43,7 @@ __all__ = [
     "SinkError",
     "SparseEmbeddingError",
     "TableMismatch",
+    "UnsupportedArgument",
     "__version__",
     "check_vllm_version",
     "cpu_binding",

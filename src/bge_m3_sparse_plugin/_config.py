@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "ADAPTER_BATCH_SIZE",
     "ANY_VLLM_ENV",
+    "BASE_URL_ENV",
     "CORE_SLOTS_ENV",
     "DEFAULT_BASE_URL",
     "DEFAULT_CORE_SLOTS",
@@ -110,6 +111,10 @@ MAX_CHARS_ENV = "BGE_M3_SPARSE_MAX_CHARS"
 MAX_PENDING_ENV = "BGE_M3_SPARSE_MAX_PENDING"
 MAX_COLBERT_VALUES_ENV = "BGE_M3_SPARSE_MAX_COLBERT_VALUES"
 CORE_SLOTS_ENV = "BGE_M3_SPARSE_CORE_SLOTS"
+# The server the drop-ins (integrations.flagembedding, integrations.milvus)
+# send to when no base_url= is given: code written for FlagEmbedding or
+# pymilvus-model then runs against a server with only its import changed.
+BASE_URL_ENV = "BGE_M3_SPARSE_BASE_URL"
 # vLLM's own variable for the server's API key (vllm serve --api-key): the
 # adapters read the key from it when none is given.
 VLLM_API_KEY_ENV = "VLLM_API_KEY"
@@ -158,6 +163,11 @@ ENVIRONMENT: dict[str, tuple[str, str]] = {
         DEFAULT_CORE_SLOTS,
         "the name under which the index command's Ray replicas claim cores on a machine; "
         "replicas of another name (a job that must not share cores) claim apart",
+    ),
+    BASE_URL_ENV: (
+        "unset",
+        "a server's URL: the FlagEmbedding and pymilvus drop-ins send to it instead of "
+        "starting an engine in their process (their base_url= wins)",
     ),
     "PYTHONWARNINGS": (
         "a filter of vLLM's torch deprecation warning, in bge-m3-sparse index",

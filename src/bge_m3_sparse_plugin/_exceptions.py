@@ -36,6 +36,7 @@ __all__ = [
     "SparseEmbeddingError",
     "TableMismatch",
     "TooManyPending",
+    "UnsupportedArgument",
 ]
 
 
@@ -108,3 +109,14 @@ class TableMismatch(BgeM3Error):
 class SinkError(BgeM3Error):
     """The sink could not be opened or could not load a shard: the message
     names the sink (without its password) and what went wrong."""
+
+
+class UnsupportedArgument(BgeM3Error, ValueError):
+    """A drop-in class (``integrations.flagembedding``, ``integrations.milvus``)
+    was given an argument, or a value of one, that it has no equivalent for:
+    refused rather than ignored. ``argument`` is its name, which the message
+    starts with."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument

@@ -138,3 +138,36 @@ def assert_scores_equal(got: list[dict], want: list[dict], label: str) -> None:
     for i, (g, w) in enumerate(zip(got, want)):
         assert list(g) == list(w), label
         assert g == pytest.approx(w, rel=RTOL, abs=ATOL), f"{label}, pair {i}"
+
+
+def assert_same_result(got, want, where: str = "result") -> None:
+    """``got`` is ``want`` in every type, key, order, dtype and shape, and in
+    value within the parity tolerance: a drop-in's whole answer against the
+    library it stands in for. Walks dicts (keys in order), lists and tuples,
+    numpy arrays and scalars, torch tensors and scipy sparse arrays."""
+    assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
+    if isinstance(want, dict):
+        assert list(got) == list(want), f"{where}: keys differ\n{list(got)}\n{list(want)}"
+        for key in want:
+            assert_same_result(got[key], want[key], f"{where}[{key!r}]")
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), f"{where}: {len(got)} items != {len(want)}"
+        for i, (a, b) in enumerate(zip(got, want)):
+            assert_same_result(a, b, f"{where}[{i}]")
+    elif isinstance(want, (np.ndarray, np.generic)):
+        assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
+        assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=where)
+    elif type(want).__module__.startswith("scipy.sparse"):
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        assert ((got != 0).toarray() == (want != 0).toarray()).all(), f"{where}: entries differ"
+        np.testing.assert_allclose(
+            got.toarray(), want.toarray(), rtol=RTOL, atol=ATOL, err_msg=where
+        )
+    elif type(want).__module__ == "torch":
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL, err_msg=where)
+    elif isinstance(want, float):
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=where)
+    else:
+        assert got == want, f"{where}: {got!r} != {want!r}"
