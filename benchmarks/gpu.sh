@@ -9,7 +9,9 @@
 #   6. the API server's CPU per document by request kind, beside /v1/embeddings;
 #   7. the half-precision parity: the plugin at float16 against FlagEmbedding
 #      at float32 and with use_fp16=True, on the same GPU (the drift table of
-#      benchmarks/bench_precision.py; the criterion: at most 1.25x FlagEmbedding's).
+#      benchmarks/bench_precision.py; the criterion: at most 1.25x FlagEmbedding's);
+#   8. the FlagEmbedding drop-in's encode against FlagEmbedding's own, both at
+#      use_fp16=True (benchmarks/bench_dropin.py; the goal: at least its throughput).
 # The model is random with bge-m3's size (hidden 1024, 24 layers, vocab 250,002),
 # built here; BGE_M3_MODEL=FOLDER runs bge-m3 itself instead.
 #
@@ -77,6 +79,7 @@ run() {  # run LIMIT_S COMMAND...: the step, cut at its limit or at what is left
   run 150 "$PYTHON" benchmarks/bench_precision.py drift --gpu --sizes "$model" --dtypes float16 --texts 200
   run 120 "$PYTHON" benchmarks/bench_serve.py --model "$model" --gpu --concurrency 1 8 32 64 --seconds 15
   run 110 "$PYTHON" benchmarks/bench_tasks.py --model "$model" --gpu --docs 512 --rounds 2
+  run 90 "$PYTHON" benchmarks/bench_dropin.py --gpu --model "$model" --only in-process --docs 2000 --rounds 3
   run 80 "$PYTHON" benchmarks/bench_frontend.py --gpu --docs 600 --clients 32 --rounds 2 --profile-seconds 10
   echo "== done in $((SECONDS - started)) s"
 } 2>&1 | tee ${log:-/dev/null} | grep -v -E '^\((EngineCore|Worker|APIServer|MainProcess)'

@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_MAX_PENDING",
     "DEFAULT_MAX_QUERY_LENGTH",
     "DEFAULT_TIMEOUT_S",
+    "ENGINE_STOP_TIMEOUT_S",
     "ENVIRONMENT",
     "HF_OVERRIDES",
     "INDEX_VLLM_LOGGING_LEVEL",
@@ -239,6 +240,8 @@ def cpu_binding(cores: int | None = None, first: int = 0) -> dict[str, str]:
 # anything else; 0.2 of it holds a bge-m3 batch.
 CPU_GPU_MEMORY_UTILIZATION = 0.2
 GPU_MEMORY_UTILIZATION = 0.9
+# How long an in-process engine may take to stop before vLLM kills it (_llm.stop_llm).
+ENGINE_STOP_TIMEOUT_S = 60.0
 
 
 def engine_kwargs(gpu: bool, **settings: Any) -> dict[str, Any]:

@@ -13,13 +13,14 @@ serialised by its lock, as ``vllm.LLM`` is not made for two threads at once.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._config import cpu_binding, engine_kwargs
+from ._config import ENGINE_STOP_TIMEOUT_S, cpu_binding, engine_kwargs
 from .index._model_info import on_gpu
 
 __all__ = ["SharedLLM", "engine_arguments", "release", "share", "start_llm", "stop_llm"]
@@ -43,8 +44,14 @@ def stop_llm(llm: Any) -> None:
     """Stop ``llm``'s engine process. vLLM's own shutdown waits for the
     process before it kills it: a kill sooner leaves a "leaked shared_memory"
     warning, and an engine left to the interpreter's exit prints vLLM's
-    teardown errors."""
-    llm.llm_engine.engine_core.shutdown()
+    teardown errors. It waits ``ENGINE_STOP_TIMEOUT_S`` where this vLLM takes
+    a timeout: its default (5 s) is shorter than an engine's teardown on a
+    busy CPU, and it then force-kills the engine with a warning."""
+    shutdown = llm.llm_engine.engine_core.shutdown
+    if "timeout" in inspect.signature(shutdown).parameters:
+        shutdown(timeout=ENGINE_STOP_TIMEOUT_S)
+    else:
+        shutdown()
 
 
 @dataclass
