@@ -55,7 +55,8 @@ def in_process(path: Path, docs: list[str], rounds: int, gpu: bool) -> None:
     import torch
     from FlagEmbedding import BGEM3FlagModel as FlagModel
 
-    from bge_m3_sparse_plugin.integrations.flagembedding import BGEM3FlagModel
+    from bge_m3_sparse_plugin._precision import cpu_flags
+    from bge_m3_sparse_plugin.integrations.flagembedding import BGEM3FlagModel, engine_dtype
 
     flag = FlagModel(str(path), use_fp16=gpu, devices="cuda:0" if gpu else "cpu")
     ours = BGEM3FlagModel(str(path), use_fp16=gpu)
@@ -64,11 +65,17 @@ def in_process(path: Path, docs: list[str], rounds: int, gpu: bool) -> None:
         "flagembedding": lambda: flag.encode(docs, **kwargs),
         "dropin (in-process)": lambda: ours.encode(docs, **kwargs),
     }
+    if not gpu:  # what FlagEmbedding's default, use_fp16=True, gets here (_precision's rule)
+        rule = engine_dtype(True, False, False, cpu_flags())
+        default = BGEM3FlagModel(str(path))
+        runs[f"dropin, use_fp16=True: {rule}"] = lambda: default.encode(docs, **kwargs)
     for run in runs.values():
         run()  # warm-up
     print(f"[in-process] torch threads for FlagEmbedding: {torch.get_num_threads()}")
     report("in-process", interleaved(runs, rounds), len(docs), "flagembedding")
     ours.close()
+    if not gpu:
+        default.close()
 
 
 def remote(path: Path, docs: list[str], rounds: int) -> None:

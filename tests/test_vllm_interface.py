@@ -439,3 +439,18 @@ def test_a_vllm_whose_poolers_moved_falls_back_to_two_passes(model_dir, monkeypa
     assert processor.one_pass is False
     _, pooler = heads(BgeM3OnePassModel, config)
     assert not isinstance(pooler.poolers_by_task["embed&token_classify"], OnePassPooler)
+
+
+def test_what_the_in_process_engine_relies_on_is_in_this_vllm():
+    """_llm.py on each vLLM of the range: the drop-ins' engine keywords are
+    vLLM's EngineArgs (the ones the drop-ins set themselves among them), and
+    the engine client's shutdown takes the timeout stop_llm gives it."""
+    from vllm.v1.engine.core_client import SyncMPClient
+
+    from bge_m3_sparse_plugin._llm import engine_arguments
+    from bge_m3_sparse_plugin.integrations.flagembedding import _SET_HERE
+
+    known = engine_arguments()
+    assert set(_SET_HERE) <= known
+    assert {"max_model_len", "gpu_memory_utilization", "enforce_eager"} <= known
+    assert "timeout" in inspect.signature(SyncMPClient.shutdown).parameters
