@@ -33,6 +33,7 @@ from ._exceptions import SparseEmbeddingError
 from ._formats import EncodingFormat, SparseFormat
 from ._scores import lexical_matching_score
 from .schemas import (
+    EmbedTask,
     Input,
     ScoreRequest,
     ScoreResponse,
@@ -109,6 +110,11 @@ class EmbedOptions(TypedDict, total=False):
     encoding_format: EncodingFormat
     top_k: int | None
     min_weight: float | None
+    # vLLM's reference plugin's fields, with its meaning (docs/migrating.md).
+    embed_task: EmbedTask | None
+    dimensions: int | None
+    use_activation: bool | None
+    add_special_tokens: bool | None
     truncate_prompt_tokens: int | None
     request_id: str | None
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EMBED_TASKS",
     "SCORE_KEYS",
+    "EmbedTask",
     "IndicesValues",
     "ScoreItem",
     "ScoreMode",
