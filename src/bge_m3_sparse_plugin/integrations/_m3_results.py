@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _scores as scores
 from .._exceptions import SparseEmbeddingError
 from ..schemas import SCORE_KEYS, SparseEmbeddingItem
 
@@ -107,10 +108,8 @@ def encode_result(
     result: dict[str, Any] = {"dense_vecs": None, "lexical_weights": None, "colbert_vecs": None}
     if dense:
         rows = [_present(item.dense_array(), "dense") for item in items]
-        width = min(truncate_dim or hidden_size, hidden_size)
         matrix = np.stack(rows) if rows else np.zeros((0, hidden_size), dtype=np.float32)
         vectors = truncated(matrix, truncate_dim).astype(dtype, copy=False)
-        assert vectors.shape[1] == width
         result["dense_vecs"] = vectors[0] if single else vectors
     if sparse:
         weights = [_lexical(item.sparse_embedding or {}, dtype) for item in items]  # type: ignore[arg-type]
@@ -155,8 +154,7 @@ def colbert_score(q_reps: np.ndarray, p_reps: np.ndarray) -> Any:
     """``colbert_score``: each query vector's best inner product with the
     passage's, summed, over the number of query vectors; a 0-d torch tensor,
     as FlagEmbedding's (a numpy float32 where torch is not installed)."""
-    q, p = np.asarray(q_reps), np.asarray(p_reps)
-    score = np.float32((q @ p.T).max(axis=-1).sum() / q.shape[0])
+    score = np.float32(scores.colbert_score(q_reps, p_reps))
     try:
         import torch
     except ImportError:

@@ -38,6 +38,7 @@ from .._config import (
 from .._config import Limits as _Limits
 from .._exceptions import UnsupportedArgument
 from .._precision import choose_precision, cpu_flags
+from .._prompts import tokenize
 from . import _m3_results as results
 from ._m3_backends import Backend, LocalBackend, RemoteBackend
 
@@ -285,8 +286,7 @@ class BGEM3FlagModel:
             tokenizer_kwargs,
             "not an argument of encode here (FlagEmbedding passes it to the tokenizer)",
         )
-        encoded = self.tokenizer(texts, truncation=True, max_length=max_length)
-        return [list(ids) for ids in encoded["input_ids"]]
+        return tokenize(self.tokenizer, texts, max_length)
 
     def encode(
         self,
@@ -417,12 +417,9 @@ class BGEM3FlagModel:
     ) -> list[slice]:
         """Requests of at most ``batch_size`` pairs, each within the ColBERT
         values a request may hold (a score computes every pair's)."""
-        queries = self.tokenizer([q for q, _ in pairs], truncation=True, max_length=cuts[0])
-        passages = self.tokenizer([p for _, p in pairs], truncation=True, max_length=cuts[1])
-        costs = [
-            (len(q) - 1 + len(p) - 1) * self.hidden_size
-            for q, p in zip(queries["input_ids"], passages["input_ids"])
-        ]
+        queries = tokenize(self.tokenizer, [q for q, _ in pairs], cuts[0])
+        passages = tokenize(self.tokenizer, [p for _, p in pairs], cuts[1])
+        costs = [(len(q) - 1 + len(p) - 1) * self.hidden_size for q, p in zip(queries, passages)]
         return results.chunks(costs, min(batch_size, max_inputs()), self._limits.max_colbert_values)
 
     def compute_lexical_matching_score(self, lexical_weights_1: Any, lexical_weights_2: Any) -> Any:
