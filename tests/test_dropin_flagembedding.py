@@ -6,6 +6,7 @@ tolerance); every argument it cannot honour is refused by name."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import runpy
 import subprocess
@@ -272,3 +273,25 @@ def test_the_engines_precision_is_what_flagembeddings_flags_ask(use_fp16, use_bf
         assert dtype == "auto"
     else:  # FlagEmbedding runs float32 on a CPU; the package's rule picks
         assert dtype == ("bfloat16" if set(flags) & set(CPU_BF16_FLAGS) else "float32")
+
+
+@given(
+    costs=st.lists(st.integers(0, 50), max_size=40),
+    max_items=st.integers(1, 8),
+    max_cost=st.integers(1, 120),
+)
+def test_requests_hold_at_most_their_inputs_and_colbert_values(costs, max_items, max_cost):
+    """The drop-in's requests (_m3_results.chunks): every input once, in
+    order; at most max_items each; within max_cost, but for an input over it
+    alone, which goes by itself (the server then names its limit)."""
+    from bge_m3_sparse_plugin.integrations._m3_results import chunks
+
+    runs = chunks(costs, max_items, max_cost)
+    assert [i for run in runs for i in range(len(costs))[run]] == list(range(len(costs)))
+    for run in runs:
+        part = costs[run]
+        assert 1 <= len(part) <= max_items
+        assert sum(part) <= max_cost or len(part) == 1
+    for first, second in itertools.pairwise(runs):  # each run as long as the bounds allow
+        grown = costs[first.start : second.start + 1]
+        assert len(grown) > max_items or sum(grown) > max_cost

@@ -53,6 +53,8 @@ def test_embed_task_returns_what_it_names(server, task, keys):
         ({"embed_task": "colbert"}, "data.embed_task", "'dense', 'sparse' or 'dense&sparse'"),
         ({"embed_task": "dense", "return_sparse": True}, "data.embed_task", "give one of the two"),
         ({"dimensions": 64}, "data.dimensions", "bge-m3 has no Matryoshka dimensions"),
+        ({"dimensions": HIDDEN - 1}, "data.dimensions", f"leave it out, or give {HIDDEN}"),
+        ({"dimensions": HIDDEN + 1}, "data.dimensions", f"leave it out, or give {HIDDEN}"),
         ({"dimensions": 0}, "data.dimensions", "greater than or equal to 1"),
         ({"use_activation": False}, "data.use_activation", "no raw ones"),
         ({"add_special_tokens": False}, "data.add_special_tokens", "between <s> and </s>"),
